@@ -1,0 +1,1 @@
+"""Developer scripts: test-binary builds and installs."""

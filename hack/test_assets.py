@@ -1,0 +1,556 @@
+"""Find or build the binaries the test suite and ``make dev`` run.
+
+The tests start a real etcd, kube-apiserver, kubectl and Pulumi CLI. This module
+finds each one, in the order controller-runtime's envtest looks for its assets,
+and builds what is missing from published Go modules into a cache outside the
+repository:
+
+1. ``TEST_ASSET_<NAME>`` (a file path, e.g. ``TEST_ASSET_KUBE_APISERVER``),
+2. ``KUBEBUILDER_ASSETS/<name>`` (one directory holding etcd, kube-apiserver, kubectl),
+3. this project's cache, keyed by tool version + Go version + recipe hash,
+4. the setup-envtest store (``$XDG_DATA_HOME/kubebuilder-envtest/k8s/<ver>-linux-amd64``)
+   and, for Pulumi, a CLI on ``PATH`` with the Python language host beside it,
+5. otherwise it builds into the cache.
+
+Builds are atomic (a temporary directory, a smoke check, then a rename) and safe when
+two runs race (one file lock around all builds). Nothing here is downloaded from a
+release page: every binary is compiled with ``go build`` from modules served by the Go
+module proxy.
+
+Run it as ``hack/test-assets [--print-env] [etcd kube pulumi]``; the test fixtures
+import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+ETCD_VERSION = "3.6.16"
+K8S_VERSION = "1.36.3"
+# The Python SDK is pinned at 3.272.0 (pyproject.toml). The Go module proxy does not
+# serve pkg/v3 at 3.269-3.273; 3.274.1 is the nearest served release, and a CLI newer
+# than the SDK is the supported direction of skew.
+PULUMI_VERSION = "3.274.1"
+# The Python language host has lived in its own Go module
+# (github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3) since mid-2023, with
+# no tags of its own, and the Go module proxy serves none of its versions. The newest
+# published module that contains it is sdk/v3 itself, up to v3.68.0, so the host is
+# built from there; it speaks the LanguageRuntime gRPC protocol to the newer CLI and runs
+# programs with the newer pulumi-language-python-exec and Python SDK.
+PYTHON_HOST_SDK_VERSION = "3.68.0"
+
+# Bump when a recipe below changes in a way that changes its output.
+RECIPE_REVISION = "1"
+
+_K8S_BINARIES = ("kube-apiserver", "kubectl")
+PULUMI_BINARIES = (
+    "pulumi",
+    "pulumi-language-python",
+    "pulumi-language-python-exec",
+    "pulumi-resource-pulumi-python",
+)
+
+
+class AssetError(RuntimeError):
+    """A binary could not be found or built; the message says what to do."""
+
+
+def cache_root() -> Path:
+    """Return the cache directory, outside any repository checkout."""
+    override = os.environ.get("PULUMI_STACK_OPERATOR_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pulumi-stack-operator-testbin"
+
+
+def _log(message: str) -> None:
+    print(f"[test-assets] {message}", file=sys.stderr, flush=True)
+
+
+def _platform() -> str:
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    return f"{sys.platform}-{machine}"
+
+
+# ---------------------------------------------------------------------------
+# Lookup
+# ---------------------------------------------------------------------------
+
+
+def _env_name(binary: str) -> str:
+    return "TEST_ASSET_" + "".join(c if c.isalnum() else "_" for c in binary).upper()
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _from_environment(binary: str) -> Path | None:
+    explicit = os.environ.get(_env_name(binary))
+    if explicit:
+        path = Path(explicit)
+        if not _executable(path):
+            msg = f"{_env_name(binary)}={explicit} is not an executable file"
+            raise AssetError(msg)
+        return path
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets and _executable(Path(assets) / binary):
+        return Path(assets) / binary
+    return None
+
+
+def _setup_envtest_store(binary: str) -> Path | None:
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    store = Path(data) / "kubebuilder-envtest" / "k8s"
+    suffix = "-" + _platform()
+    candidates = sorted(
+        (d for d in store.glob(f"*{suffix}") if _executable(d / binary)),
+        key=lambda d: _version_tuple(d.name.removesuffix(suffix)),
+        reverse=True,
+    )
+    for directory in [*candidates, Path("/usr/local/kubebuilder/bin")]:
+        if _executable(directory / binary):
+            return directory / binary
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.lstrip("v").split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Go:
+    """The Go toolchain, run with the cache's module and build caches."""
+
+    cache: Path
+    version: str
+
+    @classmethod
+    def find(cls, cache: Path) -> _Go:
+        go = shutil.which("go")
+        if go is None:
+            msg = (
+                "Go is not installed, and a test binary must be built. Install Go 1.26 or "
+                "newer (https://go.dev/doc/install), or point KUBEBUILDER_ASSETS / "
+                "TEST_ASSET_* at existing binaries (see README)."
+            )
+            raise AssetError(msg)
+        out = subprocess.run(
+            [go, "env", "GOVERSION"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        return cls(cache=cache, version=out)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            GOMODCACHE=str(self.cache / "go" / "mod"),
+            GOCACHE=str(self.cache / "go" / "build"),
+            GOFLAGS="-modcacherw",
+            GOTOOLCHAIN="local",
+            CGO_ENABLED="0",
+        )
+        return env
+
+    def run(self, args: Sequence[str], cwd: Path) -> str:
+        _log("go " + " ".join(args))
+        proc = subprocess.run(
+            ["go", *args], cwd=cwd, env=self.env(), capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            msg = f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}"
+            raise AssetError(msg)
+        return proc.stdout
+
+    def download(self, module: str, cwd: Path) -> Mapping[str, object]:
+        info: dict[str, object] = json.loads(self.run(["mod", "download", "-json", module], cwd))
+        if info.get("Error"):
+            msg = f"the Go module proxy does not serve {module}: {info['Error']}"
+            raise AssetError(msg)
+        return info
+
+    def mod_json(self, gomod: str, cwd: Path) -> Mapping[str, object]:
+        result: dict[str, object] = json.loads(self.run(["mod", "edit", "-json", gomod], cwd))
+        return result
+
+
+def _recipe_hash(*parts: str) -> str:
+    digest = hashlib.sha256("\0".join((RECIPE_REVISION, *parts)).encode())
+    return digest.hexdigest()[:10]
+
+
+def _new_wrapper(go: _Go, name: str, header: str) -> Path:
+    wrapper = go.cache / "wrappers" / name
+    shutil.rmtree(wrapper, ignore_errors=True)
+    wrapper.mkdir(parents=True)
+    (wrapper / "go.mod").write_text(f"module local/{name}\n\n{header}")
+    return wrapper
+
+
+def _build_etcd(go: _Go, out: Path) -> None:
+    wrapper = _new_wrapper(go, f"etcd-{ETCD_VERSION}", "go 1.26.0\n")
+    go.run(["get", f"go.etcd.io/etcd/server/v3@v{ETCD_VERSION}"], wrapper)
+    go.run(
+        [
+            "build",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            str(out / "etcd"),
+            "go.etcd.io/etcd/server/v3",
+        ],
+        wrapper,
+    )
+
+
+def _k8s_ldflags(commit: str) -> str:
+    minor = K8S_VERSION.split(".")[1]
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        stamps = {
+            "gitVersion": f"v{K8S_VERSION}",
+            "gitMajor": "1",
+            "gitMinor": minor,
+            "gitTreeState": "clean",
+            "buildDate": "1970-01-01T00:00:00Z",
+        }
+        if commit:
+            stamps["gitCommit"] = commit
+        flags += [f"-X {package}.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
+
+
+def _build_kube(go: _Go, out: Path) -> None:
+    staging = "v0." + K8S_VERSION.split(".", 1)[1]
+    header = "go 1.26.0\n\ngodebug default=go1.26\n"
+    wrapper = _new_wrapper(go, f"k8s-{K8S_VERSION}", header)
+    info = go.download(f"k8s.io/kubernetes@v{K8S_VERSION}", wrapper)
+    gomod = go.mod_json(str(info["GoMod"]), wrapper)
+    # k8s.io/kubernetes requires its staging modules at the fake v0.0.0 and maps them to
+    # ./staging with replace directives, which do not apply to a dependency. Replace each
+    # with its published v0.<minor>.<patch> twin, derived from the served go.mod so that
+    # a newly added staging module is never missed.
+    requires: list[dict[str, str]] = gomod.get("Require") or []  # type: ignore[assignment]
+    staged = [r["Path"] for r in requires if r["Version"] == "v0.0.0"]
+    for module in staged:
+        go.run(["mod", "edit", f"-replace={module}={module}@{staging}"], wrapper)
+    _log(f"k8s.io/kubernetes v{K8S_VERSION}: {len(staged)} staging modules replaced")
+    targets = [f"k8s.io/kubernetes/cmd/{b}" for b in _K8S_BINARIES]
+    go.run(["get", *(f"{t}@v{K8S_VERSION}" for t in targets)], wrapper)
+    origin = info.get("Origin")
+    commit = str(origin.get("Hash", "")) if isinstance(origin, dict) else ""
+    go.run(
+        [
+            "build",
+            "-trimpath",
+            "-pgo=off",
+            "-ldflags",
+            _k8s_ldflags(commit),
+            "-o",
+            f"{out}/",
+            *targets,
+        ],
+        wrapper,
+    )
+
+
+def _build_pulumi(go: _Go, out: Path) -> None:
+    wrapper = _new_wrapper(go, f"pulumi-{PULUMI_VERSION}", "go 1.26.0\n")
+    pkg = f"github.com/pulumi/pulumi/pkg/v3@v{PULUMI_VERSION}"
+    sdk = f"github.com/pulumi/pulumi/sdk/v3@v{PULUMI_VERSION}"
+    pkg_mod = go.mod_json(str(go.download(pkg, wrapper)["GoMod"]), wrapper)
+    # Copy pkg/go.mod's replaces that point at published versions; the local
+    # "=> ../sdk" one is satisfied by requiring sdk/v3 at the same release.
+    replaces: list[dict[str, dict[str, str]]] = pkg_mod.get("Replace") or []  # type: ignore[assignment]
+    for replace in replaces:
+        if replace["New"].get("Version"):
+            old, new = replace["Old"]["Path"], replace["New"]
+            go.run(["mod", "edit", f"-replace={old}={new['Path']}@{new['Version']}"], wrapper)
+    cli = f"github.com/pulumi/pulumi/pkg/v3/cmd/pulumi@v{PULUMI_VERSION}"
+    go.run(["get", pkg, sdk, cli], wrapper)
+    sdk_info = go.download(sdk, wrapper)
+    ldflags = (
+        f"-w -s -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v{PULUMI_VERSION}"
+    )
+    bin_dir = out / "bin"
+    bin_dir.mkdir()
+    cmd = "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
+    tags = "osusergo,grpcnotrace"
+    go.run(
+        ["build", "-trimpath", "-tags", tags, "-ldflags", ldflags, "-o", f"{bin_dir}/", cmd],
+        wrapper,
+    )
+    _build_python_host(go, bin_dir)
+    # The dynamic-provider shim and the Python executor are plain files in the sdk
+    # module (no go.mod of their own); the module cache holds them read-only.
+    sdk_dir = Path(str(sdk_info["Dir"]))
+    shim = bin_dir / "pulumi-resource-pulumi-python"
+    shutil.copyfile(sdk_dir / "python" / "dist" / "pulumi-resource-pulumi-python", shim)
+    shim.chmod(0o755)
+    executor = bin_dir / "pulumi-language-python-exec"
+    shutil.copyfile(sdk_dir / "python" / "cmd" / "pulumi-language-python-exec", executor)
+    executor.chmod(0o755)
+
+
+def _build_python_host(go: _Go, bin_dir: Path) -> None:
+    """Build pulumi-language-python from the newest sdk/v3 module that contains it."""
+    wrapper = _new_wrapper(go, f"pulumi-language-python-{PYTHON_HOST_SDK_VERSION}", "go 1.26.0\n")
+    host = "github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python"
+    go.run(["get", f"{host}@v{PYTHON_HOST_SDK_VERSION}"], wrapper)
+    stamp = f"github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v{PYTHON_HOST_SDK_VERSION}"
+    go.run(
+        ["build", "-trimpath", "-ldflags", f"-w -s -X {stamp}", "-o", f"{bin_dir}/", host], wrapper
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    name: str
+    version: str
+    binaries: tuple[str, ...]
+    subdir: str  # where the binaries sit inside the built directory
+    build: Callable[[_Go, Path], None]
+    smoke: tuple[str, ...]  # argv (after the first binary) that must succeed
+    recipe: str
+
+
+_RECIPES = {
+    "etcd": _Recipe(
+        "etcd", ETCD_VERSION, ("etcd",), "", _build_etcd, ("--version",), "etcd:server/v3"
+    ),
+    "kube": _Recipe(
+        "k8s",
+        K8S_VERSION,
+        _K8S_BINARIES,
+        "",
+        _build_kube,
+        ("--version",),
+        "k8s:wrapper+staging-replaces+stamp:" + _k8s_ldflags(""),
+    ),
+    "pulumi": _Recipe(
+        "pulumi",
+        PULUMI_VERSION,
+        PULUMI_BINARIES,
+        "bin",
+        _build_pulumi,
+        ("version",),
+        f"pulumi:pkg+sdk+shim:osusergo,grpcnotrace:python-host@{PYTHON_HOST_SDK_VERSION}",
+    ),
+}
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path) -> Iterator[None]:
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another build to release {cache / '.lock'}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _cache_dir(recipe: _Recipe, go_version: str) -> Path:
+    key = f"{recipe.version}-{go_version}-{_recipe_hash(recipe.recipe)}-{_platform()}"
+    return cache_root() / recipe.name / key
+
+
+def _built(recipe: _Recipe, go_version: str) -> Path | None:
+    final = _cache_dir(recipe, go_version)
+    return final if (final / ".complete").exists() else None
+
+
+def _cached(recipe: _Recipe) -> Path | None:
+    """Return the cached build for the installed Go, or any Go version's when Go is absent."""
+    go = shutil.which("go")
+    if go is not None:
+        version = subprocess.run(
+            [go, "env", "GOVERSION"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        return _built(recipe, version)
+    prefix = f"{recipe.version}-"
+    suffix = f"-{_recipe_hash(recipe.recipe)}-{_platform()}"
+    parent = cache_root() / recipe.name
+    if not parent.is_dir():
+        return None
+    for directory in sorted(parent.iterdir(), reverse=True):
+        name = directory.name
+        if name.startswith(prefix) and name.endswith(suffix) and (directory / ".complete").exists():
+            return directory
+    return None
+
+
+def _build(recipe: _Recipe, go: _Go) -> Path:
+    final = _cache_dir(recipe, go.version)
+    with _cache_lock(cache_root()):
+        if (final / ".complete").exists():  # another run built it while we waited
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=final.name + ".tmp.", dir=final.parent))
+        started = time.monotonic()
+        _log(f"building {recipe.name} {recipe.version} with {go.version} (takes minutes)")
+        try:
+            recipe.build(go, staging)
+            binaries = staging / recipe.subdir
+            for binary in recipe.binaries:
+                if not (binaries / binary).is_file():
+                    msg = f"build of {recipe.name} produced no {binary}"
+                    raise AssetError(msg)
+            smoke = subprocess.run(
+                [str(binaries / recipe.binaries[0]), *recipe.smoke],
+                capture_output=True,
+                text=True,
+                check=False,
+                env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+            )
+            if smoke.returncode != 0 or recipe.version not in smoke.stdout + smoke.stderr:
+                msg = f"smoke check of {recipe.name} failed: {smoke.stdout}{smoke.stderr}"
+                raise AssetError(msg)
+            (staging / ".complete").write_text(smoke.stdout.strip() + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            staging.rename(final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _log(f"built {recipe.name} in {time.monotonic() - started:.0f}s -> {final}")
+        return final
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Assets:
+    """Paths of every binary the tests run."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kubectl: Path
+    pulumi_bin: Path  # the directory holding pulumi and its bundled Python plugins
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point other tools at these binaries."""
+        return {
+            "TEST_ASSET_ETCD": str(self.etcd),
+            "TEST_ASSET_KUBE_APISERVER": str(self.kube_apiserver),
+            "TEST_ASSET_KUBECTL": str(self.kubectl),
+            "TEST_ASSET_PULUMI": str(self.pulumi_bin / "pulumi"),
+        }
+
+
+def _find_k8s_binary(binary: str, recipe_key: str, *, build: bool) -> Path:
+    found = _from_environment(binary)
+    if found:
+        return found
+    recipe = _RECIPES[recipe_key]
+    built = _cached(recipe)
+    if built:
+        return built / binary
+    found = _setup_envtest_store(binary)
+    if found:
+        return found
+    if not build:
+        msg = f"{binary} not found; run hack/test-assets to build it"
+        raise AssetError(msg)
+    return _build(recipe, _Go.find(cache_root())) / binary
+
+
+def _pulumi_dir_complete(directory: Path) -> bool:
+    return all((directory / b).is_file() for b in PULUMI_BINARIES) and _executable(
+        directory / "pulumi"
+    )
+
+
+def find_kube_binary(binary: str, *, build: bool = True) -> Path:
+    """Find (or build) ``etcd``, ``kube-apiserver`` or ``kubectl``."""
+    return _find_k8s_binary(binary, "etcd" if binary == "etcd" else "kube", build=build)
+
+
+def find_pulumi(*, build: bool = True) -> Path:
+    """Find (or build) the directory holding ``pulumi`` and its bundled Python plugins."""
+    explicit = os.environ.get("TEST_ASSET_PULUMI")
+    if explicit:
+        directory = Path(explicit).parent
+        if not _pulumi_dir_complete(directory):
+            msg = (
+                f"TEST_ASSET_PULUMI={explicit}: {directory} must hold {', '.join(PULUMI_BINARIES)}"
+            )
+            raise AssetError(msg)
+        return directory
+    recipe = _RECIPES["pulumi"]
+    built = _cached(recipe)
+    if built:
+        return built / "bin"
+    installed = shutil.which("pulumi")
+    if installed and _pulumi_dir_complete(Path(installed).resolve().parent):
+        return Path(installed).resolve().parent
+    if not build:
+        msg = "pulumi not found; run hack/test-assets to build it"
+        raise AssetError(msg)
+    return _build(recipe, _Go.find(cache_root())) / "bin"
+
+
+def ensure_assets(*, build: bool = True) -> Assets:
+    """Find every binary, building the missing ones when ``build`` is true."""
+    return Assets(
+        etcd=find_kube_binary("etcd", build=build),
+        kube_apiserver=find_kube_binary("kube-apiserver", build=build),
+        kubectl=find_kube_binary("kubectl", build=build),
+        pulumi_bin=find_pulumi(build=build),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: find or build, then print where everything is."""
+    parser = argparse.ArgumentParser(prog="hack/test-assets", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--print-env", action="store_true", help="print TEST_ASSET_* lines for `eval`/`export`"
+    )
+    parser.add_argument(
+        "--no-build", action="store_true", help="fail instead of building what is missing"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        assets = ensure_assets(build=not args.no_build)
+    except AssetError as err:
+        print(f"hack/test-assets: {err}", file=sys.stderr)
+        return 1
+    for key, value in assets.env().items():
+        print(f"export {key}={value}" if args.print_env else f"{key}={value}")
+    _log(f"ready in {time.monotonic() - started:.1f}s (cache {cache_root()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

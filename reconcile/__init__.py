@@ -1,0 +1,1 @@
+"""The Stack reconciler: validation, sources, Automation API calls, error classification."""

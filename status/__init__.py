@@ -1,0 +1,1 @@
+"""Status: kstatus condition logic, the status writer, the event recorder, metrics."""

@@ -1,0 +1,1 @@
+"""Tests mirror the packages; testbed/ holds the real-component fixtures."""

@@ -1,0 +1,107 @@
+"""Fixtures that start the real test bed: control plane, Pulumi CLI, git server, Prometheus.
+
+Each fixture starts the real component on loopback and stops it afterwards. Logs live
+under pytest's base temp directory (kept for the last three runs); when a test fails,
+the tail of every test-bed process log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from hack.test_assets import find_kube_binary, find_pulumi
+from tests.testbed import process
+from tests.testbed.control_plane import Binaries, ControlPlane
+from tests.testbed.git_server import GitServer
+from tests.testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
+from tests.testbed.pulumi_env import PulumiEnv
+
+PROGRAMS = Path(__file__).parent / "testbed" / "programs"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of each test-bed process log to a failed test's report."""
+    del item, call
+    report: pytest.TestReport = yield
+    if report.failed:
+        for proc in process.started():
+            report.sections.append((f"{proc.name} log ({proc.log_path})", proc.log_tail()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real etcd + kube-apiserver for the whole session."""
+    binaries = Binaries(*(find_kube_binary(b) for b in ("etcd", "kube-apiserver", "kubectl")))
+    plane = ControlPlane(binaries, tmp_path_factory.mktemp("control-plane"))
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    """An admin API client for one test."""
+    api = control_plane.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test (deleted afterwards; it never finishes terminating)."""
+    name = f"test-{secrets.token_hex(4)}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def pulumi_env(tmp_path: Path) -> PulumiEnv:
+    """The real Pulumi CLI with its own PULUMI_HOME and a file:// backend."""
+    return PulumiEnv.create(find_pulumi(), tmp_path / "pulumi")
+
+
+@pytest.fixture(scope="session")
+def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    """A git daemon serving bare repositories on loopback."""
+    server = GitServer(tmp_path_factory.mktemp("git"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
+    """Start Debian's Prometheus scraping a target ("host:port") every second."""
+    binary = find_binary("prometheus")
+    if binary is None:
+        pytest.skip(f"Debian's prometheus package is not installed ({INSTALL_HINT})")
+    servers: list[Prometheus] = []
+
+    def start(target: str) -> Prometheus:
+        server = Prometheus(binary, tmp_path / f"prometheus-{len(servers)}", target)
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()

@@ -1,0 +1,23 @@
+"""The git server serves bare repositories on loopback that tests commit to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.testbed.git_server import Checkout, GitServer, git
+
+
+def test_commit_push_then_clone(git_server: GitServer, tmp_path: Path) -> None:
+    """A pushed commit is what ls-remote reports and what a fresh clone contains."""
+    url = git_server.create_repo("smoke")
+    assert url.startswith("git://127.0.0.1:")
+    checkout = Checkout(url, tmp_path / "work")
+    first = checkout.commit({"README": "one\n"}, "first")
+    second = checkout.commit({"README": "two\n"}, "second")
+
+    remote = git("ls-remote", url, "refs/heads/main").split()
+    git("clone", "--quiet", url, str(tmp_path / "clone"))
+
+    assert first != second
+    assert remote[0] == second
+    assert (tmp_path / "clone" / "README").read_text() == "two\n"
