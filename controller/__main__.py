@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
+
+import structlog
+
+from controller.config import parse_config
+from controller.logs import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags; the manager that runs the operator is not built yet."""
-    parser = argparse.ArgumentParser(
-        prog="pulumi-stack-operator",
-        description="Reconcile pulumi.com/v1 Stacks through the Pulumi Automation API.",
+    """Parse flags (exit 2 on bad input), configure logging, run the operator."""
+    cfg = parse_config(sys.argv[1:] if argv is None else argv)
+    configure_logging(cfg.log_format, cfg.log_level)
+    structlog.get_logger(__name__).error(
+        "Not yet: the Stack reconciler lands with the Stack API work; the manager is ready"
     )
-    parser.add_argument("--version", action="version", version=version("pulumi-stack-operator"))
-    parser.parse_args(argv)
-    print("pulumi-stack-operator: not yet - the manager lands with the controller core")  # noqa: T201
     return 1
 
 

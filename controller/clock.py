@@ -1,0 +1,144 @@
+"""Time source for the controller: a monotonic clock that waiting code blocks on.
+
+Everything in `controller` that reads the time or waits for a deadline does so through a
+`Clock` (client-go injects `clock.Clock` the same way, "for testing purposes"). Two
+implementations live here:
+
+- `RealClock`: `time.monotonic()` and `threading.Condition.wait(timeout)`.
+- `FakeClock`: time moves only when a test calls `step()` or `set_time()`, and doing so
+  wakes every thread blocked in `wait_until()`, so unit tests never sleep for real.
+
+Guarantees: `now()` never goes backwards on either clock. `wait_until()` behaves like
+`Condition.wait()`: it may return early (on `notify()`, on a fake step, or spuriously),
+so callers re-check their own predicate and the time in a loop. Callers own the
+condition and its lock; the clock never holds one of its own locks while a waiter sleeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Protocol
+
+# How long FakeClock.wait_for_waiters() waits, in real seconds, unless told otherwise. It
+# only bounds a test that is about to fail; passing tests return as soon as a waiter blocks.
+DEFAULT_WAITER_TIMEOUT = 5.0
+
+
+class Clock(Protocol):
+    """A monotonic clock in seconds, plus a way to wait on a condition until a deadline."""
+
+    def now(self) -> float:
+        """Return the current monotonic time in seconds (arbitrary origin)."""
+        ...
+
+    def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
+        """Block on `cond` until it is notified or `now() >= deadline`.
+
+        The caller must hold `cond`'s lock, exactly as for `Condition.wait()`; it is
+        released while waiting and held again on return. `deadline=None` waits for a
+        notification only. The wait may end early or spuriously: callers loop, re-checking
+        their predicate and `now()`.
+        """
+        ...
+
+
+class RealClock:
+    """The process's monotonic clock (`time.monotonic`)."""
+
+    def now(self) -> float:
+        """Return `time.monotonic()`."""
+        return time.monotonic()
+
+    def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
+        """Wait on `cond` for at most the time left until `deadline` (see `Clock`)."""
+        if deadline is None:
+            cond.wait()
+            return
+        remaining = deadline - self.now()
+        if remaining > 0:
+            cond.wait(timeout=remaining)
+
+
+class FakeClock:
+    """A clock for tests: time stands still until `step()` or `set_time()` moves it.
+
+    Moving the time wakes every thread blocked in `wait_until()` (each re-checks its own
+    deadline and goes back to sleep if it has not passed). A waiter is counted by
+    `waiters()` from the moment it blocks until it is woken; a wake-up by `step()` removes
+    it at once, so after a step `wait_for_waiters(n)` returns only once `n` threads have
+    looked at the new time and blocked again. That is how tests know a background loop
+    has finished reacting to a step, without sleeping.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        """Start the clock at `start` seconds."""
+        self._lock = threading.Condition()
+        # Guarded by _lock. _now only grows. _waiting maps a token per blocked
+        # wait_until() call to the condition that call sleeps on.
+        self._now = start
+        self._waiting: dict[int, threading.Condition] = {}
+        self._tokens = itertools.count()
+
+    def now(self) -> float:
+        """Return the fake time in seconds."""
+        with self._lock:
+            return self._now
+
+    def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
+        """Wait on `cond` until notified or until a step reaches `deadline` (see `Clock`)."""
+        with self._lock:
+            # Reading the time and registering happen under one lock, so a concurrent
+            # step() either is seen here or finds this waiter and notifies it.
+            if deadline is not None and self._now >= deadline:
+                return
+            token = next(self._tokens)
+            self._waiting[token] = cond
+            self._lock.notify_all()
+        try:
+            cond.wait()
+        finally:
+            with self._lock:
+                self._waiting.pop(token, None)
+
+    def step(self, seconds: float) -> None:
+        """Advance the time by `seconds` (>= 0) and wake every blocked waiter."""
+        if seconds < 0:
+            raise ValueError("a monotonic clock cannot step backwards")
+        with self._lock:
+            self._now += seconds
+        self._wake_all()
+
+    def set_time(self, now: float) -> None:
+        """Move the time forward to `now` and wake every blocked waiter."""
+        with self._lock:
+            if now < self._now:
+                raise ValueError("a monotonic clock cannot go backwards")
+            self._now = now
+        self._wake_all()
+
+    def waiters(self) -> int:
+        """Return how many threads are blocked in `wait_until()` right now."""
+        with self._lock:
+            return len(self._waiting)
+
+    def wait_for_waiters(self, count: int = 1, timeout: float = DEFAULT_WAITER_TIMEOUT) -> bool:
+        """Block until at least `count` threads wait in `wait_until()`, or `timeout` real seconds.
+
+        Returns whether the count was reached. Tests assert on the result so that a
+        broken background loop fails the test instead of hanging it.
+        """
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self._waiting) >= count, timeout=timeout)
+
+    def _wake_all(self) -> None:
+        # Take the waiters out under our lock, then notify each outside it: the waiter holds
+        # its condition while registering (condition -> clock lock order), so notifying
+        # while holding our lock could deadlock.
+        with self._lock:
+            woken = list(self._waiting.values())
+            self._waiting.clear()
+        for cond in woken:
+            with cond:
+                cond.notify_all()

@@ -1,0 +1,358 @@
+"""The informer: list + watch one resource into a Store, and tell handlers what changed.
+
+One ``Informer`` serves all namespaces, one namespace, or a list of namespaces; each scope
+gets a reflector thread that follows client-go's reflector:
+
+- **list** (paginated, a consistent read), replace the scope's part of the store and
+  deliver the difference: adds, updates (only where the resourceVersion moved) and deletes
+  for objects that vanished while we were not watching (``DeletedFinalStateUnknown``);
+- **watch** from the list's resourceVersion with bookmarks on and a random 5-10 min
+  timeout; a timeout renews the watch from the last seen resourceVersion *without* a
+  relist;
+- **410 Gone / Expired** (our resourceVersion fell out of the server's history) → relist;
+- **any other error** (connection refused, 5xx, 429, a dead socket) → back off (0.8 s
+  doubling to 30 s, jittered, reset after 2 min of health), then watch again from the last
+  resourceVersion (a watch from a known resourceVersion loses nothing), relisting only if
+  that resourceVersion has expired meanwhile.
+
+Resync replays the cache to ``on_update(obj, obj)`` every ``resync_period`` seconds from
+memory, with no API call. Handlers run on the reflector and resync threads: they must be
+cheap (enqueue a key) and must not block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+from kubernetes import client, watch
+from urllib3.exceptions import HTTPError
+
+from controller.cache import Object, ObjectKey, Store, freeze, resource_version
+
+log = structlog.get_logger(__name__)
+
+WatchEvent = Mapping[str, Any]
+"""A raw watch event: ``{"type": ..., "object": {...}}``."""
+
+
+class ExpiredError(Exception):
+    """The resourceVersion we asked for is older than the server's history (410 Gone)."""
+
+
+class VeryShortWatchError(Exception):
+    """A watch closed at once with no events; something is wrong with the server or network."""
+
+
+class ListWatcher(Protocol):
+    """Lists and watches one resource in one scope (a namespace, or the whole cluster)."""
+
+    namespace: str | None
+
+    def list(self, limit: int, continue_token: str | None) -> Mapping[str, Any]:
+        """One page of a consistent list: ``{"items": [...], "metadata": {...}}``.
+
+        Raises:
+            ExpiredError: the continue token expired.
+        """
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Stream events after ``resource_version`` until the server ends the watch.
+
+        Raises:
+            ExpiredError: ``resource_version`` is too old.
+        """
+
+    def stop(self) -> None:
+        """Abort a running ``watch`` from another thread."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeletedFinalStateUnknown:
+    """A delete the watch never delivered, found by a relist; ``obj`` is the last state seen."""
+
+    key: ObjectKey
+    obj: Object
+
+
+class EventHandler(Protocol):
+    """Receives changes; called on informer threads, so it must only enqueue work."""
+
+    def on_add(self, obj: Object) -> None:
+        """An object appeared (or was listed for the first time)."""
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """An object changed; ``old is new`` (same resourceVersion) on a resync."""
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """An object was deleted."""
+
+
+@dataclasses.dataclass
+class Backoff:
+    """client-go's reflector backoff: 0.8 s doubling to 30 s, full jitter, reset after 2 min."""
+
+    initial: float = 0.8
+    cap: float = 30.0
+    reset_after: float = 120.0
+    _failures: int = 0
+    _last_failure: float = 0.0
+
+    def next_delay(self, now: float) -> float:
+        """Record a failure at ``now``; returns how long to wait before trying again."""
+        if now - self._last_failure > self.reset_after:
+            self._failures = 0
+        self._last_failure = now
+        base = min(self.cap, self.initial * 2.0**self._failures)
+        self._failures += 1
+        return min(self.cap, base + random.uniform(0, base))  # noqa: S311 - jitter, not crypto
+
+
+class CustomObjectsListWatcher:
+    """A ListWatcher for a custom resource through ``CustomObjectsApi``."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+    ) -> None:
+        """Watch ``group/version/plural`` in ``namespace`` (None: all namespaces)."""
+        self._api = client.CustomObjectsApi(api_client)
+        self._gvr = (group, version)
+        self._plural = plural
+        self.namespace = namespace
+        self._watch: watch.Watch | None = None
+
+    def _call(self) -> tuple[Callable[..., Any], tuple[str, ...]]:
+        group, version = self._gvr
+        if self.namespace is None:
+            return self._api.list_cluster_custom_object, (group, version, self._plural)
+        args = (group, version, self.namespace, self._plural)
+        return self._api.list_namespaced_custom_object, args
+
+    def list(self, limit: int, continue_token: str | None) -> Mapping[str, Any]:
+        """One page of a consistent (quorum) list."""
+        func, args = self._call()
+        try:
+            page: Mapping[str, Any] = func(*args, limit=limit, _continue=continue_token)
+        except client.ApiException as err:
+            if err.status == 410:
+                raise ExpiredError(str(err.reason)) from err
+            raise
+        return page
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Watch with bookmarks from ``resource_version``; yields raw events."""
+        func, args = self._call()
+        stream = self._watch = watch.Watch()
+        try:
+            for event in stream.stream(
+                func,
+                *args,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                # The read timeout only trips on a dead connection: the server ends the
+                # watch itself after timeout_seconds.
+                _request_timeout=(10, timeout_seconds + 60),
+            ):
+                yield {"type": event["type"], "object": event["raw_object"]}
+        except client.ApiException as err:
+            if err.status == 410:
+                raise ExpiredError(str(err.reason)) from err
+            raise
+        finally:
+            self._watch = None
+
+    def stop(self) -> None:
+        """Close the running watch's connection, if any."""
+        stream = self._watch
+        if stream is not None:
+            stream.stop()
+
+
+class Reflector:
+    """Keeps one scope of a Store in sync with the server; see the module docstring."""
+
+    def __init__(  # noqa: PLR0913 - each knob is documented and defaulted
+        self,
+        list_watcher: ListWatcher,
+        store: Store,
+        handler: EventHandler,
+        stop: threading.Event,
+        *,
+        page_size: int = 500,
+        min_watch_timeout: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare a reflector; ``run`` does the work until ``stop`` is set."""
+        self._lw = list_watcher
+        self._store = store
+        self._handler = handler
+        self._stop = stop
+        self._page_size = page_size
+        self._min_watch_timeout = min_watch_timeout
+        self._clock = clock
+        self._backoff = Backoff()
+        self._synced = threading.Event()
+        self.last_sync_resource_version = ""
+
+    @property
+    def namespace(self) -> str | None:
+        """The scope this reflector fills (None: all namespaces)."""
+        return self._lw.namespace
+
+    def has_synced(self) -> bool:
+        """True once the first list has been delivered."""
+        return self._synced.is_set()
+
+    def run(self) -> None:
+        """List and watch until ``stop`` is set; never raises."""
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self.list_and_replace()
+                    need_list = False
+                self.watch_once()
+            except ExpiredError as err:
+                log.info("Watch expired; relisting", error=str(err), namespace=self.namespace)
+                need_list = True
+            except (client.ApiException, HTTPError, OSError, VeryShortWatchError) as err:
+                if self._stop.is_set():  # shut_down() closed the connection under us
+                    return
+                delay = self._backoff.next_delay(self._clock())
+                log.warning("List/watch failed; retrying", retry_in=round(delay, 1), error=str(err))
+                self._stop.wait(delay)
+
+    def shut_down(self) -> None:
+        """Abort a running watch; ``run`` returns once ``stop`` is set."""
+        self._lw.stop()
+
+    def list_and_replace(self) -> None:
+        """List every page, replace this scope in the store, deliver the difference."""
+        items: list[Mapping[str, Any]] = []
+        continue_token: str | None = None
+        while True:
+            page = self._lw.list(self._page_size, continue_token)
+            items.extend(page.get("items") or [])
+            continue_token = page["metadata"].get("continue") or None
+            if continue_token is None:
+                break
+        upserts, deleted = self._store.replace(items, self._lw.namespace)
+        for old, new in upserts:
+            if old is None:
+                self._handler.on_add(new)
+            elif resource_version(old) != resource_version(new):
+                self._handler.on_update(old, new)
+        for obj in deleted:
+            self._handler.on_delete(DeletedFinalStateUnknown(ObjectKey.of(obj), obj))
+        self.last_sync_resource_version = str(page["metadata"]["resourceVersion"])
+        self._synced.set()
+
+    def watch_once(self) -> None:
+        """Watch from the last resourceVersion until the server ends the stream.
+
+        Raises:
+            VeryShortWatchError: the watch ended within a second having delivered nothing,
+                which client-go also treats as a failure (to back off, not spin).
+        """
+        timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout)  # noqa: S311
+        started, delivered = self._clock(), 0
+        for event in self._lw.watch(self.last_sync_resource_version, timeout):
+            if self._stop.is_set():
+                return
+            self._apply(event)
+            delivered += 1
+        if delivered == 0 and self._clock() - started < 1.0 and not self._stop.is_set():
+            raise VeryShortWatchError(self.last_sync_resource_version)
+
+    def _apply(self, event: WatchEvent) -> None:
+        kind, obj = event["type"], event["object"]
+        self.last_sync_resource_version = resource_version(obj)
+        if kind == "BOOKMARK":
+            return
+        if kind == "DELETED":
+            self._store.delete(ObjectKey.of(obj))
+            self._handler.on_delete(freeze(obj))  # the final state, as the server sent it
+            return
+        previous, stored = self._store.upsert(obj)
+        if previous is None:
+            self._handler.on_add(stored)
+        else:
+            self._handler.on_update(previous, stored)
+
+
+class Informer:
+    """Reflectors for each namespace in scope, one store, one resync timer."""
+
+    def __init__(
+        self,
+        list_watchers: Sequence[ListWatcher],
+        handler: EventHandler,
+        *,
+        store: Store | None = None,
+        resync_period: float = 0.0,
+        min_watch_timeout: int = 300,
+    ) -> None:
+        """Prepare an informer filling ``store`` (a new one by default); resync 0 is off."""
+        self.store = store if store is not None else Store()
+        self._stop = threading.Event()
+        self._handler = handler
+        self._resync_period = resync_period
+        self._reflectors = [
+            Reflector(lw, self.store, handler, self._stop, min_watch_timeout=min_watch_timeout)
+            for lw in list_watchers
+        ]
+        self._threads: list[threading.Thread] = []
+
+    def run(self) -> None:
+        """Start the reflector threads (and the resync thread); returns at once."""
+        for reflector in self._reflectors:
+            scope = reflector.namespace or "all-namespaces"
+            self._start(reflector.run, f"reflector-{scope}")
+        if self._resync_period > 0:
+            self._start(self._resync_loop, "resync")
+
+    def _start(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def has_synced(self) -> bool:
+        """True once every reflector has delivered its first list."""
+        return all(r.has_synced() for r in self._reflectors)
+
+    def wait_for_cache_sync(self, timeout: float) -> bool:
+        """Block until ``has_synced`` or ``timeout`` seconds; returns ``has_synced()``."""
+        deadline = time.monotonic() + timeout
+        while not self.has_synced() and time.monotonic() < deadline:
+            if self._stop.wait(0.05):
+                break
+        return self.has_synced()
+
+    def alive(self) -> bool:
+        """True while every informer thread is running (for /healthz)."""
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every thread and wait up to ``timeout`` seconds for them."""
+        self._stop.set()
+        for reflector in self._reflectors:
+            reflector.shut_down()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self._resync_period):
+            for obj in self.store.objects():
+                self._handler.on_update(obj, obj)

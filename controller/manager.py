@@ -1,0 +1,298 @@
+"""The manager: wires informer, controller, leader election, probes and metrics; runs them.
+
+Life of a process:
+
+1. Load the Kubernetes client configuration, start ``/metrics`` and the probes
+   (``/healthz``: every thread alive; ``/readyz``: caches synced).
+2. Start the informer on every replica, so a standby's cache is warm when it takes over.
+3. Once the cache is synced (and, with ``--leader-elect``, the Lease is ours) start the
+   reconcile workers.
+4. On SIGTERM/SIGINT: stop taking work, let running reconciles finish for
+   ``--shutdown-timeout`` seconds, then interrupt them; release the Lease only after the
+   workers are done (so a standby never runs an update next to ours); exit 0.
+5. If the Lease is lost, stop reconciling at once (interrupt) and exit 1, as client-go
+   controllers do; the Deployment restarts the pod as a standby.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+import structlog
+from kubernetes import client, config
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from controller.cache import Store
+from controller.config import Config
+from controller.informer import CustomObjectsListWatcher, Informer
+from controller.leaderelection import LeaderElectionConfig, LeaderElector
+from controller.reconciler import Reconciler
+from controller.workers import Controller
+
+log = structlog.get_logger(__name__)
+
+CACHE_SYNC_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """The custom resource a controller reconciles."""
+
+    group: str
+    version: str
+    plural: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ManagerContext:
+    """What a reconciler may use: the API client, the informer's cache, the settings."""
+
+    api_client: client.ApiClient
+    store: Store
+    config: Config
+    registry: CollectorRegistry
+    stop: threading.Event
+
+
+ReconcilerFactory = Callable[[ManagerContext], Reconciler]
+
+
+def load_api_client(kubeconfig: str | None) -> client.ApiClient:
+    """An API client from ``kubeconfig``, else in-cluster, else ``~/.kube/config``."""
+    if kubeconfig:
+        api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+        return api
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        fallback: client.ApiClient = config.new_client_from_config()
+        return fallback
+    return client.ApiClient()
+
+
+def instrument(api_client: client.ApiClient, registry: CollectorRegistry) -> None:
+    """Count every API request by method and status: client-go's rest_client_requests_total."""
+    requests = Counter(
+        "rest_client_requests_total",
+        "Number of HTTP requests, partitioned by status code, method, and host.",
+        ["code", "method", "host"],
+        registry=registry,
+    )
+    rest = api_client.rest_client
+    original: Callable[..., object] = rest.request
+    host = api_client.configuration.host
+
+    def request(method: str, url: str, *args: object, **kwargs: object) -> object:
+        try:
+            response = original(method, url, *args, **kwargs)
+        except Exception:
+            requests.labels("<error>", method, host).inc()
+            raise
+        requests.labels(str(getattr(response, "status", "<error>")), method, host).inc()
+        return response
+
+    rest.request = request  # type: ignore[method-assign]
+
+
+class _Probes(http.server.ThreadingHTTPServer):
+    """``/healthz`` and ``/readyz`` answering from two callables."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], healthy: Callable[[], bool], ready: Callable[[], bool]
+    ) -> None:
+        checks = {"/healthz": healthy, "/readyz": ready}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                check = checks.get(self.path.split("?")[0])
+                if check is None:
+                    self.send_error(404)
+                    return
+                ok = check()
+                body = b"ok\n" if ok else b"not ok\n"
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                """Probes hit every few seconds; their lines would drown the log."""
+
+        super().__init__(address, Handler)
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class Manager:
+    """Runs one controller for one resource; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        name: str,
+        resource: Resource,
+        new_reconciler: ReconcilerFactory,
+        *,
+        api_client: client.ApiClient | None = None,
+    ) -> None:
+        """Build every part; nothing runs until ``run``."""
+        self.config = cfg
+        self.registry = CollectorRegistry()
+        self.api_client = api_client or load_api_client(cfg.kubeconfig)
+        instrument(self.api_client, self.registry)
+        self.shutdown = threading.Event()
+        self._reconcile_stop = threading.Event()
+        scopes: Sequence[str | None] = cfg.namespaces or (None,)
+        list_watchers = [
+            CustomObjectsListWatcher(
+                self.api_client, resource.group, resource.version, resource.plural, namespace
+            )
+            for namespace in scopes
+        ]
+        store = Store()
+        context = ManagerContext(self.api_client, store, cfg, self.registry, self._reconcile_stop)
+        self.controller = Controller(
+            name, new_reconciler(context), self.registry, workers=cfg.workers
+        )
+        self.informer = Informer(
+            list_watchers, self.controller, store=store, resync_period=cfg.resync_period
+        )
+        self._leader = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=self.registry,
+        )
+        self._leader.labels(cfg.leader_election_id).set(0)
+        self._elector: LeaderElector | None = None
+        self._started_workers = threading.Event()
+        self._lost_lease = False
+        self._signal = 0
+        self._threads: list[threading.Thread] = []
+
+    def healthy(self) -> bool:
+        """Every thread that should run is running."""
+        workers_ok = not self._started_workers.is_set() or self.controller.alive()
+        return self.informer.alive() and workers_ok and all(t.is_alive() for t in self._threads)
+
+    def ready(self) -> bool:
+        """The cache has synced (a standby is ready too: it serves probes and metrics)."""
+        return self.informer.has_synced()
+
+    def run(self) -> int:
+        """Run until a signal or a lost Lease; returns the process exit status."""
+        self._serve()
+        log.info(
+            "Starting",
+            namespaces=list(self.config.namespaces) or "all",
+            workers=self.config.workers,
+            leader_elect=self.config.leader_elect,
+        )
+        self.informer.run()
+        if not self.informer.wait_for_cache_sync(CACHE_SYNC_TIMEOUT) and not self.shutdown.is_set():
+            log.error("Caches did not sync", timeout=CACHE_SYNC_TIMEOUT)
+            self.shutdown.set()
+        if not self.shutdown.is_set():
+            log.info("Caches synced", objects=len(self.informer.store))
+            if self.config.leader_elect:
+                self._start_election()
+            else:
+                self._start_workers()
+        self.shutdown.wait()
+        return self._stop()
+
+    def request_shutdown(self, signum: int = 0, _frame: FrameType | None = None) -> None:
+        """Begin a clean shutdown (the SIGTERM/SIGINT handler: it only sets an event)."""
+        self._signal = signum
+        self.shutdown.set()
+
+    def _start_workers(self) -> None:
+        if not self._started_workers.is_set() and not self.shutdown.is_set():
+            self._started_workers.set()
+            self.controller.run()
+
+    def _start_election(self) -> None:
+        le = LeaderElectionConfig(
+            lease_name=self.config.leader_election_id,
+            namespace=self.config.leader_election_namespace,
+            identity=self.config.identity,
+            lease_duration=self.config.lease_duration,
+            renew_deadline=self.config.renew_deadline,
+            retry_period=self.config.retry_period,
+        )
+        self._elector = LeaderElector(le, self.api_client)
+        self._election_stop = threading.Event()
+        thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _elect(self) -> None:
+        if self._elector is None:
+            return
+        self._elector.run(self._election_stop, self._on_started_leading, self._on_stopped_leading)
+
+    def _on_started_leading(self) -> None:
+        self._leader.labels(self.config.leader_election_id).set(1)
+        self._start_workers()
+
+    def _on_stopped_leading(self) -> None:
+        self._leader.labels(self.config.leader_election_id).set(0)
+        if self._election_stop.is_set():
+            return  # our own clean shutdown released the Lease
+        log.error("Lost the Lease; interrupting reconciles and exiting")
+        self._lost_lease = True
+        self._reconcile_stop.set()
+        self.controller.interrupt()
+        self.shutdown.set()
+
+    def _stop(self) -> int:
+        signum = self._signal
+        log.info("Shutting down", signal=signal.Signals(signum).name if signum else None)
+        drained = True
+        if self._started_workers.is_set():
+            drained = self.controller.shut_down(
+                0.0 if self._lost_lease else self.config.shutdown_timeout
+            )
+        else:
+            self.controller.queue.shut_down()
+        self._reconcile_stop.set()
+        if self._elector is not None:  # release the Lease only now that no work runs
+            self._election_stop.set()
+            self._threads[0].join(10)
+        self.informer.stop()
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        log.info("Stopped", drained=drained)
+        return 1 if self._lost_lease else 0
+
+    def _serve(self) -> None:
+        self._servers: list[http.server.HTTPServer] = []
+        metrics_host, metrics_port = _split(self.config.metrics_bind_address)
+        if metrics_port:
+            server, _ = start_http_server(metrics_port, metrics_host, registry=self.registry)
+            self._servers.append(server)
+        probe_host, probe_port = _split(self.config.health_probe_bind_address)
+        if probe_port:
+            probes = _Probes((probe_host, probe_port), self.healthy, self.ready)
+            threading.Thread(target=probes.serve_forever, name="probes", daemon=True).start()
+            self._servers.append(probes)
+
+
+def run(manager: Manager) -> int:
+    """Install the signal handlers and run ``manager``; returns the exit status."""
+    signal.signal(signal.SIGTERM, manager.request_shutdown)
+    signal.signal(signal.SIGINT, manager.request_shutdown)
+    return manager.run()

@@ -1,0 +1,245 @@
+"""Reconcile workers: the informer's events become keys, and N threads reconcile them.
+
+``Controller`` is sample-controller's shape in Python: event handlers that only enqueue
+``ObjectKey``s (``on_add`` / ``on_update`` / ``on_delete``), a rate-limited work queue,
+and ``run_worker`` threads looping over ``process_next_work_item`` — the one place where a
+reconcile's result or exception becomes a queue action:
+
+| reconcile                     | queue                                                 |
+| ----------------------------- | ----------------------------------------------------- |
+| returns ``Result()``          | ``forget``                                            |
+| returns ``requeue_after=s``   | ``forget`` + ``add_after(s)``                         |
+| raises ``TransientError``     | cap the key's backoff if asked, ``add_rate_limited``  |
+| raises ``TerminalError``      | ``forget`` (no retry until the object changes)        |
+| raises anything else          | log with traceback, ``add_rate_limited``              |
+
+``done`` is called on every path, and a worker thread never dies of a reconcile's
+exception. Metrics follow controller-runtime's names (``controller_runtime_*``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controller.cache import Object, ObjectKey
+from controller.clock import Clock, RealClock
+from controller.informer import DeletedFinalStateUnknown
+from controller.ratelimit import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+)
+from controller.reconciler import Reconciler, Result, TerminalError, TransientError
+from controller.workqueue import WorkQueue, WorkQueueMetrics
+
+log = structlog.get_logger(__name__)
+
+# Reconciles run Pulumi updates: minutes to hours, not controller-runtime's 60 s top bucket.
+RECONCILE_BUCKETS = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+RESULTS = ("success", "error", "requeue", "requeue_after")
+
+
+class ControllerMetrics:
+    """controller-runtime's controller metrics, registered in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Create the families."""
+        label = ["controller"]
+        self.total = Counter(
+            "controller_runtime_reconcile_total",
+            "Total number of reconciliations per controller",
+            [*label, "result"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "controller_runtime_reconcile_errors_total",
+            "Total number of reconciliation errors per controller",
+            label,
+            registry=registry,
+        )
+        self.terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors_total",
+            "Total number of terminal reconciliation errors per controller",
+            label,
+            registry=registry,
+        )
+        self.panics = Counter(
+            "controller_runtime_reconcile_panics_total",
+            "Total number of reconciliation panics (unexpected exceptions) per controller",
+            label,
+            registry=registry,
+        )
+        self.time = Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            label,
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self.max_concurrent = Gauge(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            label,
+            registry=registry,
+        )
+        self.active_workers = Gauge(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            label,
+            registry=registry,
+        )
+
+
+class Controller:
+    """A work queue fed by informer events and drained by reconcile workers."""
+
+    def __init__(  # noqa: PLR0913 - each knob is documented and defaulted
+        self,
+        name: str,
+        reconciler: Reconciler,
+        registry: CollectorRegistry,
+        *,
+        workers: int = 1,
+        clock: Clock | None = None,
+        qps: float = 10.0,
+        burst: int = 100,
+    ) -> None:
+        """Build the queue with client-go's default limiter (5 ms→1000 s per key, 10 qps/100)."""
+        self.name = name
+        self._reconciler = reconciler
+        self._workers = workers
+        self._clock = clock or RealClock()
+        self._backoff = ItemExponentialFailureRateLimiter[ObjectKey]()
+        limiter = MaxOfRateLimiter[ObjectKey](
+            self._backoff, BucketRateLimiter[ObjectKey](qps, burst, self._clock)
+        )
+        self.queue = WorkQueue[ObjectKey](
+            name, clock=self._clock, rate_limiter=limiter, metrics=WorkQueueMetrics(registry)
+        )
+        self._metrics = ControllerMetrics(registry)
+        for result in RESULTS:  # every series exists from the start, as controller-runtime does
+            self._metrics.total.labels(name, result)
+        self._metrics.max_concurrent.labels(name).set(workers)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- event handlers: cheap, they only enqueue ---------------------------------
+
+    def on_add(self, obj: Object) -> None:
+        """Enqueue a new object."""
+        self.queue.add(ObjectKey.of(obj))
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """Enqueue a changed object; a resync (same object) is enqueued too, to re-check."""
+        del old
+        self.queue.add(ObjectKey.of(new))
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """Enqueue a deleted object's key so the reconciler can clean up after it."""
+        key = obj.key if isinstance(obj, DeletedFinalStateUnknown) else ObjectKey.of(obj)
+        self.queue.add(key)
+
+    # -- workers ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Start the worker threads; returns at once."""
+        log.info("Starting workers", controller=self.name, count=self._workers)
+        for index in range(self._workers):
+            thread = threading.Thread(
+                target=self.run_worker, name=f"{self.name}-worker-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def alive(self) -> bool:
+        """True while every started worker thread runs (for /healthz)."""
+        return all(t.is_alive() for t in self._threads)
+
+    def interrupt(self) -> None:
+        """Ask running reconciles to return soon (their stop event is set)."""
+        self._stop.set()
+
+    def shut_down(self, deadline: float) -> bool:
+        """Stop taking work, let running reconciles finish for ``deadline`` seconds.
+
+        After the deadline the running reconciles are interrupted (their stop event is
+        set) and the queue is shut down without waiting further. Returns True when every
+        worker finished within the deadline.
+        """
+        drainer = threading.Thread(target=self.queue.shut_down_with_drain, daemon=True)
+        drainer.start()
+        drainer.join(deadline)
+        drained = not drainer.is_alive()
+        if not drained:
+            log.warning("Drain deadline passed; interrupting reconciles", controller=self.name)
+            self.interrupt()
+            self.queue.shut_down()
+        for thread in self._threads:
+            thread.join(max(deadline, 1.0) if drained else 30.0)
+        return drained
+
+    def run_worker(self) -> None:
+        """Process keys until the queue shuts down."""
+        while self.process_next_work_item():
+            pass
+
+    def process_next_work_item(self) -> bool:
+        """Reconcile one key and turn the outcome into a queue action; False on shutdown."""
+        key = self.queue.get()
+        if key is None:
+            return False
+        active = self._metrics.active_workers.labels(self.name)
+        active.inc()
+        started = time.monotonic()
+        try:
+            with structlog.contextvars.bound_contextvars(
+                controller=self.name,
+                namespace=key.namespace,
+                name=key.name,
+                reconcile_id=uuid.uuid4().hex,
+            ):
+                self._handle(key)
+        finally:
+            self._metrics.time.labels(self.name).observe(time.monotonic() - started)
+            active.dec()
+            self.queue.done(key)
+        return True
+
+    def _handle(self, key: ObjectKey) -> None:
+        try:
+            result = self._reconciler.reconcile(key, self._stop)
+        except TransientError as err:
+            self._count("error")
+            self._metrics.errors.labels(self.name).inc()
+            if err.max_backoff is not None:
+                self._backoff.set_max_delay(key, err.max_backoff)
+            log.info("Reconcile failed; requeuing with backoff", error=str(err))
+            self.queue.add_rate_limited(key)
+        except TerminalError as err:
+            self._count("error")
+            self._metrics.terminal_errors.labels(self.name).inc()
+            log.info("Reconcile failed terminally; waiting for a change", error=str(err))
+            self.queue.forget(key)
+        except Exception:
+            self._count("error")
+            self._metrics.panics.labels(self.name).inc()
+            log.exception("Reconcile raised unexpectedly; requeuing with backoff")
+            self.queue.add_rate_limited(key)
+        else:
+            self._finish(key, result)
+
+    def _finish(self, key: ObjectKey, result: Result) -> None:
+        self.queue.forget(key)
+        if result.requeue_after is not None and result.requeue_after > 0:
+            self._count("requeue_after")
+            self.queue.add_after(key, result.requeue_after)
+        else:
+            self._count("success")
+
+    def _count(self, result: str) -> None:
+        self._metrics.total.labels(self.name, result).inc()

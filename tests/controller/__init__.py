@@ -1,0 +1,1 @@
+"""Unit tests for the controller machinery (clock, rate limiters, work queue)."""

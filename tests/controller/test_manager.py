@@ -1,0 +1,240 @@
+"""The manager as a process: flags, probes, metrics, leader election, SIGTERM drain."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.controller.conftest import GROUP, PLURAL, VERSION
+from tests.testbed.control_plane import ControlPlane
+from tests.testbed.process import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- the process -------------------------------------------------------------------------
+
+
+class Operator:
+    """One widget-operator subprocess with its own probe and metrics ports."""
+
+    def __init__(self, control_plane: ControlPlane, namespace: str, log: Path, *extra: str) -> None:
+        """Start the process."""
+        self.metrics, self.probes = free_port(), free_port()
+        argv = [
+            sys.executable, "-m", "tests.controller.widget_operator",
+            f"--kubeconfig={control_plane.kubeconfig}",
+            f"--namespaces={namespace}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics}",
+            f"--health-probe-bind-address=127.0.0.1:{self.probes}",
+            f"--leader-election-namespace={namespace}",
+            "--log-format=json",
+            *extra,
+        ]  # fmt: skip
+        self.log = log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        self.identity = ""
+
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        """GET a path from the probe port (or another); (status, body), (0, '') if down."""
+        url = f"http://127.0.0.1:{port or self.probes}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, ""
+        except OSError:
+            return 0, ""
+
+    def metric(self, line_prefix: str) -> str | None:
+        """The value of the first /metrics line starting with ``line_prefix``."""
+        status, body = self.get("/metrics", self.metrics)
+        if status != 200:
+            return None
+        for line in body.splitlines():
+            if line.startswith(line_prefix):
+                return line.rsplit(" ", 1)[1]
+        return None
+
+    def is_leader(self) -> bool:
+        """The leader gauge reads 1."""
+        return self.metric('leader_election_master_status{name="pulumi-stack-operator"}') == "1.0"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Signal the process and wait for its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
+    """Poll a zero-argument callable until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def operators(widget_crd: str) -> Iterator[list[Operator]]:
+    """A list to start operators into; all are killed afterwards, logs shown on failure."""
+    del widget_crd
+    started: list[Operator] = []
+    yield started
+    for operator in started:
+        if operator.proc.poll() is None:
+            operator.proc.kill()
+            operator.proc.wait()
+    for operator in started:
+        print(f"--- {operator.log}\n{operator.log.read_text()[-4000:]}")  # noqa: T201
+
+
+@pytest.fixture
+def widgets(control_plane: ControlPlane, namespace: str) -> Iterator[client.CustomObjectsApi]:
+    """A CustomObjectsApi on the admin client."""
+    del namespace
+    api = control_plane.api_client()
+    yield client.CustomObjectsApi(api)
+    api.close()
+
+
+def create_widget(
+    api: client.CustomObjectsApi, namespace: str, name: str, sleep: float = 0
+) -> None:
+    """Create a widget that the reconciler sleeps on for ``sleep`` seconds."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Widget",
+        "metadata": {"name": name},
+        "spec": {"sleepSeconds": sleep},
+    }
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def annotation(api: client.CustomObjectsApi, namespace: str, name: str, key: str) -> str | None:
+    """A testbed/ annotation of a widget."""
+    widget: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    annotations: dict[str, str] = widget["metadata"].get("annotations") or {}
+    return annotations.get(f"testbed/{key}")
+
+
+def lease_holder(control_plane: ControlPlane, namespace: str) -> str | None:
+    """The Lease's holderIdentity."""
+    with control_plane.api_client() as api:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(
+            "pulumi-stack-operator", namespace
+        )
+    return lease.spec.holder_identity if lease.spec else None
+
+
+pytestmark = pytest.mark.integration
+
+
+def test_probes_metrics_and_reconcile(
+    control_plane: ControlPlane,
+    operators: list[Operator],
+    widgets: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A single operator syncs, answers its probes, reconciles, and exports metrics."""
+    operator = Operator(control_plane, namespace, tmp_path / "op.log")
+    operators.append(operator)
+    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    assert operator.get("/healthz")[0] == 200
+    create_widget(widgets, namespace, "w1")
+    wait_for(lambda: annotation(widgets, namespace, "w1", "reconciled-by"), what="reconcile")
+    success = operator.metric(
+        'controller_runtime_reconcile_total{controller="widgets",result="success"}'
+    )
+    assert success is not None
+    assert float(success) >= 1
+    assert operator.metric('workqueue_adds_total{controller="widgets",name="widgets"}') is not None
+    assert operator.metric('rest_client_requests_total{code="200",') is not None
+    assert operator.stop() == 0
+
+
+def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
+    control_plane: ControlPlane,
+    operators: list[Operator],
+    widgets: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Two replicas: one leads and reconciles; SIGKILL hands over after the lease expires."""
+    timing = ["--leader-elect", "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5"]
+    first = Operator(control_plane, namespace, tmp_path / "a.log", *timing)
+    second = Operator(control_plane, namespace, tmp_path / "b.log", *timing)
+    operators.extend([first, second])
+    wait_for(lambda: first.is_leader() or second.is_leader(), what="a leader")
+    leader, standby = (first, second) if first.is_leader() else (second, first)
+    assert not standby.is_leader()
+    assert standby.get("/readyz")[0] == 200  # a standby's cache is warm
+
+    create_widget(widgets, namespace, "w1")
+    wait_for(lambda: annotation(widgets, namespace, "w1", "reconciled-by"), what="reconcile")
+    by = annotation(widgets, namespace, "w1", "reconciled-by")
+    assert by == lease_holder(control_plane, namespace)
+    assert by is not None
+    assert by.endswith(f"_{leader.proc.pid}")
+
+    leader.stop(signal.SIGKILL)
+    wait_for(standby.is_leader, timeout=30, what="failover")
+    create_widget(widgets, namespace, "w2")
+    wait_for(lambda: annotation(widgets, namespace, "w2", "reconciled-by"), what="reconcile")
+    assert str(annotation(widgets, namespace, "w2", "reconciled-by")).endswith(
+        f"_{standby.proc.pid}"
+    )
+
+    assert standby.stop() == 0
+    assert not lease_holder(control_plane, namespace)  # released on the way out
+
+
+def test_sigterm_lets_a_running_reconcile_finish_then_exits_0(
+    control_plane: ControlPlane,
+    operators: list[Operator],
+    widgets: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM during a 3 s reconcile: it completes, then the process exits 0."""
+    operator = Operator(control_plane, namespace, tmp_path / "op.log")
+    operators.append(operator)
+    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    create_widget(widgets, namespace, "slow", sleep=3)
+    wait_for(lambda: annotation(widgets, namespace, "slow", "started-by"), what="start")
+    assert operator.stop(timeout=60) == 0
+    assert annotation(widgets, namespace, "slow", "reconciled-by")
+    assert annotation(widgets, namespace, "slow", "interrupted-by") is None
+
+
+def test_sigterm_interrupts_a_reconcile_that_outlives_the_shutdown_timeout(
+    control_plane: ControlPlane,
+    operators: list[Operator],
+    widgets: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """With --shutdown-timeout=1, a 300 s reconcile is interrupted and the exit is still 0."""
+    operator = Operator(control_plane, namespace, tmp_path / "op.log", "--shutdown-timeout=1")
+    operators.append(operator)
+    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    create_widget(widgets, namespace, "endless", sleep=300)
+    wait_for(lambda: annotation(widgets, namespace, "endless", "started-by"), what="start")
+    started = time.monotonic()
+    assert operator.stop(timeout=60) == 0
+    assert time.monotonic() - started < 60
+    assert annotation(widgets, namespace, "endless", "interrupted-by")

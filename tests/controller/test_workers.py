@@ -1,0 +1,222 @@
+"""process_next_work_item turns each reconcile outcome into the right queue action."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller.cache import ObjectKey
+from controller.clock import FakeClock
+from controller.reconciler import Result, TerminalError, TransientError
+from controller.workers import Controller
+
+KEY = ObjectKey("ns", "stack")
+Behaviour = Callable[[ObjectKey, threading.Event], Result]
+
+
+class ScriptedReconciler:
+    """Runs the next scripted behaviour on each call and records the keys."""
+
+    def __init__(self) -> None:
+        """Start with nothing scripted (a call then fails the test)."""
+        self.script: list[Behaviour] = []
+        self.calls: list[ObjectKey] = []
+
+    def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
+        """Pop and run the next behaviour."""
+        self.calls.append(key)
+        assert self.script, "reconcile called more often than scripted"
+        return self.script.pop(0)(key, stop)
+
+
+def returns(result: Result) -> Behaviour:
+    """A behaviour returning ``result``."""
+    return lambda _key, _stop: result
+
+
+def raises(error: Exception) -> Behaviour:
+    """A behaviour raising ``error``."""
+
+    def behave(_key: ObjectKey, _stop: threading.Event) -> Result:
+        raise error
+
+    return behave
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock at t=0."""
+    return FakeClock()
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    """A fresh registry."""
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def reconciler() -> ScriptedReconciler:
+    """A reconciler with an empty script."""
+    return ScriptedReconciler()
+
+
+@pytest.fixture
+def controller(
+    reconciler: ScriptedReconciler, registry: CollectorRegistry, clock: FakeClock
+) -> Iterator[Controller]:
+    """A controller over the scripted reconciler, its queue shut down afterwards."""
+    ctl = Controller("stacks", reconciler, registry, clock=clock)
+    yield ctl
+    ctl.queue.shut_down()
+
+
+def total(registry: CollectorRegistry, result: str) -> float | None:
+    """controller_runtime_reconcile_total for one result."""
+    labels = {"controller": "stacks", "result": result}
+    return registry.get_sample_value("controller_runtime_reconcile_total", labels)
+
+
+def step(clock: FakeClock, seconds: float) -> None:
+    """Advance the clock and wait for the queue's delay loop to block again."""
+    clock.step(seconds)
+    assert clock.wait_for_waiters(1)
+
+
+def test_success_forgets_the_key(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    registry: CollectorRegistry,
+    clock: FakeClock,
+) -> None:
+    """A plain Result() resets backoff and does not requeue."""
+    reconciler.script = [raises(TransientError("flaky")), returns(Result())]
+    controller.queue.add(KEY)
+    assert controller.process_next_work_item()
+    assert controller.queue.num_requeues(KEY) == 1
+    step(clock, 0.005)  # the first retry is due 5 ms later
+    assert controller.process_next_work_item()
+    assert controller.queue.num_requeues(KEY) == 0
+    assert len(controller.queue) == 0
+    assert total(registry, "success") == 1
+    assert total(registry, "error") == 1
+
+
+def test_all_result_series_exist_before_any_reconcile(registry: CollectorRegistry) -> None:
+    """Every result label is exported at 0 from the start."""
+    Controller("stacks", ScriptedReconciler(), registry)
+    for result in ("success", "error", "requeue", "requeue_after"):
+        assert total(registry, result) == 0
+
+
+def test_requeue_after_comes_back_after_the_delay(
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
+) -> None:
+    """requeue_after=30 makes the key ready 30 s later, not before."""
+    reconciler.script = [returns(Result(requeue_after=30))]
+    controller.queue.add(KEY)
+    controller.process_next_work_item()
+    step(clock, 29)
+    assert len(controller.queue) == 0
+    step(clock, 1)
+    assert len(controller.queue) == 1
+
+
+def test_transient_errors_back_off_exponentially_up_to_the_cap(
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
+) -> None:
+    """Each failure doubles the delay; max_backoff caps it for that key."""
+    reconciler.script = [raises(TransientError("down", max_backoff=0.04))] * 6
+    controller.queue.add(KEY)
+    expected = [0.005, 0.01, 0.02, 0.04, 0.04]
+    for delay in expected:
+        controller.process_next_work_item()
+        step(clock, delay * 0.9)
+        assert len(controller.queue) == 0, f"ready before {delay}s"
+        step(clock, delay * 0.1 + 1e-9)
+        assert len(controller.queue) == 1, f"not ready after {delay}s"
+    assert controller.queue.num_requeues(KEY) == len(expected)
+
+
+def test_terminal_error_is_not_retried(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    clock: FakeClock,
+    registry: CollectorRegistry,
+) -> None:
+    """A TerminalError forgets the key and never requeues it."""
+    reconciler.script = [raises(TerminalError("bad spec"))]
+    controller.queue.add(KEY)
+    controller.process_next_work_item()
+    step(clock, 2000)
+    assert len(controller.queue) == 0
+    assert controller.queue.num_requeues(KEY) == 0
+    labels = {"controller": "stacks"}
+    assert (
+        registry.get_sample_value("controller_runtime_terminal_reconcile_errors_total", labels) == 1
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``condition`` (real time, for worker threads) until true or fail."""
+    done = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        done.wait(0.01)
+    pytest.fail("condition never became true")
+
+
+def test_unexpected_exception_keeps_the_worker_alive_and_retries(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    clock: FakeClock,
+    registry: CollectorRegistry,
+) -> None:
+    """A bug in reconcile is counted as a panic and retried; the worker thread survives."""
+    reconciler.script = [raises(RuntimeError("bug")), returns(Result())]
+    controller.run()
+    controller.queue.add(KEY)
+    wait_until(lambda: controller.queue.num_requeues(KEY) == 1)
+    step(clock, 0.005)
+    wait_until(lambda: total(registry, "success") == 1)
+    assert reconciler.calls == [KEY, KEY]
+    assert controller.alive()
+    labels = {"controller": "stacks"}
+    assert registry.get_sample_value("controller_runtime_reconcile_panics_total", labels) == 1
+
+
+def test_shut_down_waits_for_running_reconciles_then_interrupts(
+    controller: Controller, reconciler: ScriptedReconciler
+) -> None:
+    """A reconcile that ignores nothing finishes; one that outlives the deadline sees stop."""
+    started, seen_stop = threading.Event(), threading.Event()
+
+    def slow(_key: ObjectKey, stop: threading.Event) -> Result:
+        started.set()
+        if stop.wait(30):
+            seen_stop.set()
+        return Result()
+
+    reconciler.script = [slow]
+    controller.run()
+    controller.queue.add(KEY)
+    assert started.wait(5)
+    assert not controller.shut_down(deadline=0.2)
+    assert seen_stop.is_set()
+    assert not controller.alive()
+
+
+def test_deletes_enqueue_the_key_even_when_found_by_a_relist(controller: Controller) -> None:
+    """Both kinds of delete notification enqueue the object's key."""
+    from controller.informer import DeletedFinalStateUnknown  # noqa: PLC0415
+
+    obj = {"metadata": {"namespace": "ns", "name": "stack"}}
+    controller.on_delete(DeletedFinalStateUnknown(KEY, obj))
+    assert controller.queue.get() == KEY
+    controller.queue.done(KEY)
+    controller.on_delete(obj)
+    assert len(controller.queue) == 1
