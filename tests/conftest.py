@@ -22,6 +22,7 @@ from tests.testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from tests.testbed.pulumi_env import PulumiEnv
 
 PROGRAMS = Path(__file__).parent / "testbed" / "programs"
+STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -47,6 +48,18 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_crd(control_plane: ControlPlane) -> Path:
+    """The Stack CRD, server-side applied once per session and Established."""
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(STACK_CRD))
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/stacks.pulumi.com"
+    )
+    # kubectl caches discovery: refresh it so that "stacks" and the "pulumi" category resolve.
+    control_plane.kubectl("api-resources", "--api-group=pulumi.com")
+    return STACK_CRD
 
 
 @pytest.fixture
