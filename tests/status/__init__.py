@@ -1,0 +1,1 @@
+"""Tests of status logic, the status writer, events and metrics (status/)."""

@@ -1,0 +1,113 @@
+"""The condition functions keep the kstatus contract (G4, G5, G7, G10, G12)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from status import conditions as c
+from status.conditions import READY, RECONCILING, STALLED, Reason
+
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=5)
+
+
+def types(status: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(type, status, reason) of each condition, in order."""
+    return [(x["type"], x["status"], x["reason"]) for x in status["conditions"]]
+
+
+def test_progressing_reports_generation_and_reconciling() -> None:
+    """First sight: Ready Unknown + Reconciling True, observedGeneration everywhere."""
+    status = c.progressing({}, 3, "Updating", T0)
+    assert types(status) == [
+        (RECONCILING, "True", "Progressing"),
+        (READY, "Unknown", "Progressing"),
+    ]
+    assert status["observedGeneration"] == 3
+    assert all(x["observedGeneration"] == 3 for x in status["conditions"])
+
+
+def test_succeeded_removes_reconciling_and_stalled() -> None:
+    """Success leaves only Ready=True."""
+    status = c.succeeded(c.stalled({}, 1, Reason.INVALID_SPEC, "bad", T0), 2, "done", T1)
+    assert types(status) == [(READY, "True", "Succeeded")]
+
+
+def test_stalled_removes_reconciling_and_sets_ready_false_with_the_same_reason() -> None:
+    """Stalled and Reconciling are never both present; Ready carries the reason."""
+    status = c.stalled(c.progressing({}, 1, "go", T0), 1, Reason.SECRET_NOT_FOUND, "no", T1)
+    assert types(status) == [
+        (STALLED, "True", "SecretNotFound"),
+        (READY, "False", "SecretNotFound"),
+    ]
+
+
+def test_retrying_keeps_the_error_on_ready_and_the_plan_on_reconciling() -> None:
+    """A retry shows the real error on Ready and attempt/next-retry on Reconciling."""
+    status = c.retrying({}, 1, Reason.UPDATE_FAILED, "boom: disk full", "attempt 2 at 12:05", T0)
+    assert types(status) == [
+        (RECONCILING, "True", "ProgressingWithRetry"),
+        (READY, "False", "UpdateFailed"),
+    ]
+    assert c.get_condition(status, READY)["message"] == "boom: disk full"  # type: ignore[index]
+
+
+def test_transition_time_moves_only_when_status_changes() -> None:
+    """A new reason or message alone keeps lastTransitionTime; a status flip moves it."""
+    first = c.retrying({}, 1, Reason.UPDATE_FAILED, "a", "retry 1", T0)
+    second = c.retrying(first, 1, Reason.UPDATE_FAILED, "b", "retry 2", T1)
+    ready = c.get_condition(second, READY)
+    assert ready is not None
+    assert ready["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    third = c.succeeded(second, 1, "ok", T1)
+    ready = c.get_condition(third, READY)
+    assert ready is not None
+    assert ready["lastTransitionTime"] == "2026-01-01T12:05:00Z"
+
+
+def test_identical_inputs_give_identical_output() -> None:
+    """Reapplying the same state is a no-op (no diff, so no write)."""
+    once = c.succeeded({}, 4, "ok", T0)
+    assert c.succeeded(once, 4, "ok", T1) == once
+
+
+def test_other_fields_and_unknown_conditions_survive_in_order() -> None:
+    """Fields like outputs are kept; foreign conditions sort after ours."""
+    start = {"outputs": {"x": 1}, "conditions": [{"type": "Zeta", "status": "True"}]}
+    status = c.progressing(start, 1, "go", T0)
+    assert status["outputs"] == {"x": 1}
+    assert [x["type"] for x in status["conditions"]] == [RECONCILING, READY, "Zeta"]
+
+
+def test_input_is_not_mutated() -> None:
+    """The functions return a new status and leave the argument alone."""
+    start: dict[str, Any] = {"conditions": []}
+    c.progressing(start, 1, "go", T0)
+    assert start == {"conditions": []}
+
+
+def test_long_messages_are_truncated_to_the_api_limit() -> None:
+    """A 40000-character error still fits the 32768 limit."""
+    status = c.stalled({}, 1, Reason.UPDATE_FAILED, "x" * 40000, T0)
+    assert all(len(x["message"]) <= c.MAX_MESSAGE for x in status["conditions"])
+
+
+@pytest.mark.parametrize("reason", list(Reason))
+def test_every_reason_matches_the_api_pattern(reason: Reason) -> None:
+    """Each reason is CamelCase and valid for metav1.Condition."""
+    import re  # noqa: PLC0415
+
+    assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", reason.value)
+    assert len(reason.value) <= 128
+
+
+def test_with_generation_keeps_conditions_but_reports_the_new_generation() -> None:
+    """Suspend: conditions unchanged, observedGeneration moved on every one."""
+    before = c.succeeded({}, 1, "ok", T0)
+    after = c.with_generation(before, 2)
+    assert types(after) == types(before)
+    assert after["observedGeneration"] == 2
+    assert all(x["observedGeneration"] == 2 for x in after["conditions"])
