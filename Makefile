@@ -46,13 +46,15 @@ test: venv lint test-assets ## Lint, build what is missing, then run the whole t
 dev: ## Run the operator on a local control plane with a sample Stack (not yet).
 	@echo "make dev: not yet - the embedded dev mode lands with the shipping work (issue 6)"; exit 1
 
+KUBECTL ?= kubectl
+
 .PHONY: run
-run: ## Run the operator against the current kubeconfig (not yet).
-	@echo "make run: not yet - the manager lands with the controller core (issue 3)"; exit 1
+run: venv ## Run the operator against the current kubeconfig (needs pulumi on PATH; ARGS=... for flags).
+	$(PY) -m controller --log-format=console $(ARGS)
 
 .PHONY: install
-install: ## Apply the Stack CRD to the current cluster (not yet).
-	@echo "make install: not yet - the CRD lands with the Stack API (issue 4)"; exit 1
+install: ## Apply the Stack CRD to the current kubeconfig's cluster (server-side apply).
+	$(KUBECTL) apply --server-side -k manifests/crd
 
 .PHONY: deploy
 deploy: ## Apply the whole manifests base (not yet).

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import socket
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -42,6 +43,10 @@ class Config:
     log_level: str
     kubeconfig: str | None
     identity: str
+    work_dir: str
+    default_backend: str | None
+    update_retry_base: float
+    max_update_failures: int
 
 
 def _address(value: str) -> tuple[str, int]:
@@ -171,6 +176,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-level", choices=LEVELS, default="info", help="minimum level logged (default: info)")
     add(
+        "--work-dir",
+        default=str(Path(tempfile.gettempdir()) / "pulumi-stack-operator"),
+        help="directory for source checkouts and PULUMI_HOME "
+        "(default: $TMPDIR/pulumi-stack-operator)",
+    )
+    add(
+        "--default-backend",
+        default=None,
+        help="state backend for Stacks without spec.backend, e.g. s3://bucket or "
+        "file:///state (default: the Pulumi CLI's own default, Pulumi Cloud)",
+    )
+    add(
+        "--update-retry-base",
+        type=_positive(float),
+        default=10.0,
+        help="seconds before the first retry of a failed update; doubles per failure up "
+        "to the Stack's retryMaxBackoffDurationSeconds (default: 10)",
+    )
+    add(
+        "--max-update-failures",
+        type=_positive(int),
+        default=5,
+        help="consecutive failures after which a Stack is Stalled (RetriesExhausted) until "
+        "its spec, source or a reconcile request changes (default: 5)",
+    )
+    add(
         "--kubeconfig",
         default=None,
         help="kubeconfig file (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config)",
@@ -226,4 +257,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         log_level=args.log_level,
         kubeconfig=args.kubeconfig or environ.get("KUBECONFIG") or None,
         identity=f"{socket.gethostname()}_{os.getpid()}",
+        work_dir=args.work_dir,
+        default_backend=args.default_backend,
+        update_retry_base=args.update_retry_base,
+        max_update_failures=int(args.max_update_failures),
     )

@@ -1,0 +1,136 @@
+"""Whether a Stack needs a Pulumi run now, from its status and what was observed: pure logic.
+
+A run is due, in this order, when:
+
+1. ``status.currentUpdate`` is set: an update was running when the operator stopped, so it
+   is resumed (never a stale Reconciling after a restart);
+2. the Stack's generation has not been applied (``lastUpdate.generation``);
+3. a reconcile request (annotation) has not been handled;
+4. the source's commit differs from the last attempted one (a push to a tracked branch, or
+   an edited ``commit``);
+5. the last attempt was interrupted (operator shutdown) — at once;
+6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
+   ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, in
+   which case the Stack is Stalled until one of 2-4 happens;
+7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
+
+Otherwise nothing is due and the answer says when to look again (the next branch poll or
+resync), or never (a pinned commit with nothing else to do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from reconcile.spec import StackSpec
+
+NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
+RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
+FRESH_REASONS = frozenset({NEW_GENERATION, REQUESTED, NEW_COMMIT})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observed:
+    """What the reconciler saw this pass."""
+
+    generation: int
+    status: Mapping[str, Any]
+    request: str | None  # value of the reconcile-request annotation, if any
+    commit: str  # the commit the source resolves to now
+    now: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """Operator-wide retry settings."""
+
+    retry_base_delay: float = 10.0
+    max_update_failures: int = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """Run now (``why`` set), or look again after ``requeue_after`` seconds (None: never)."""
+
+    why: str | None = None
+    requeue_after: float | None = None
+    exhausted: bool = False  # nothing due because the failure cap was reached
+
+    @property
+    def due(self) -> bool:
+        """True when a run should start now."""
+        return self.why is not None
+
+    @property
+    def fresh(self) -> bool:
+        """True when the run is for something new, so earlier failures no longer count."""
+        return self.why in FRESH_REASONS
+
+
+def parse_time(value: object) -> datetime.datetime | None:
+    """An RFC 3339 timestamp from the status, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value)  # 3.11 reads the "Z" suffix
+    except ValueError:
+        return None
+
+
+def backoff(failures: int, spec: StackSpec, policy: Policy) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure."""
+    exponent = min(max(failures - 1, 0), 40)
+    return float(
+        min(policy.retry_base_delay * 2.0**exponent, spec.retry_max_backoff_duration_seconds)
+    )
+
+
+def handled_request(status: Mapping[str, Any]) -> str | None:
+    """The reconcile request last handled, from either handshake field."""
+    value = status.get("observedReconcileRequest") or status.get("lastHandledReconcileAt")
+    return str(value) if value else None
+
+
+def decide(spec: StackSpec, observed: Observed, policy: Policy) -> Decision:
+    """Apply the rules of the module docstring."""
+    status, last = observed.status, observed.status.get("lastUpdate") or {}
+    if status.get("currentUpdate"):
+        return Decision(RESUME)
+    if last.get("generation") != observed.generation:
+        return Decision(NEW_GENERATION)
+    if observed.request and observed.request != handled_request(status):
+        return Decision(REQUESTED)
+    if last.get("lastAttemptedCommit") != observed.commit:
+        return Decision(NEW_COMMIT)
+    if last.get("state") == "failed":
+        return _after_failure(spec, observed, policy, last)
+    return _after_success(spec, observed, last)
+
+
+def _after_failure(
+    spec: StackSpec, observed: Observed, policy: Policy, last: Mapping[str, Any]
+) -> Decision:
+    if last.get("interrupted"):
+        return Decision(INTERRUPTED)
+    failures = int(last.get("failures") or 0)
+    if failures >= policy.max_update_failures:
+        return Decision(requeue_after=_poll(spec), exhausted=True)
+    ended = parse_time(last.get("lastResyncTime")) or observed.now
+    wait = backoff(failures, spec, policy) - (observed.now - ended).total_seconds()
+    return Decision(RETRY) if wait <= 0 else Decision(requeue_after=wait)
+
+
+def _after_success(spec: StackSpec, observed: Observed, last: Mapping[str, Any]) -> Decision:
+    if not spec.continue_resync_on_commit_match:
+        return Decision(requeue_after=_poll(spec))
+    ended = parse_time(last.get("lastResyncTime")) or observed.now
+    wait = spec.resync_frequency_seconds - (observed.now - ended).total_seconds()
+    return Decision(RESYNC) if wait <= 0 else Decision(requeue_after=wait)
+
+
+def _poll(spec: StackSpec) -> float | None:
+    """When to look for a new commit again: tracked branches are polled."""
+    return float(spec.resync_frequency_seconds) if spec.tracks_branch else None

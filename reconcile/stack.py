@@ -1,0 +1,691 @@
+"""The Stack reconciler: keeps each Stack's Pulumi stack up to date with its source.
+
+``StackReconciler.reconcile(key, stop)`` reads like Flux's guard list:
+
+1. not in the cache → forget it; being deleted → ``_finalize`` (destroy when
+   ``destroyOnFinalize``, then drop the finalizer; a failed destroy keeps it and says why);
+2. no finalizer → add it;
+3. parse the spec (invalid → Stalled ``InvalidSpec``, no retry until the spec changes);
+   suspended → report and stop;
+4. prerequisites not ready → ``DependencyNotReady``, poll;
+5. resolve the commit (``git ls-remote`` for a tracked branch) and ``decide`` whether a run
+   is due — when not, write nothing and requeue for the next poll;
+6. report ``Progressing`` (one write), resolve Secrets, check out the source, run Pulumi
+   (refresh?, up or preview) with live progress, and report the outcome: outputs,
+   ``lastUpdate``, history, conditions, events.
+
+It never writes ``/status`` itself: every status change is a pure function from
+``status.conditions`` handed to the ``StatusWriter``. Errors are classified here, in one
+place (``_report_outcome`` and the ``except`` clauses of ``_run``), into: success
+(requeue for the next poll), retry later (its own backoff, stored in status so that it
+survives restarts and is not reset by resyncs), wait (lock or prerequisite: poll), and
+stalled (no retry until the Stack, its source or a referenced Secret changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kubernetes import client
+
+from controller.cache import ObjectKey, Store
+from controller.reconciler import Result, TransientError
+from controller.retry import with_retries
+from reconcile import decide as decisions
+from reconcile.automation import ErrorKind, Outcome, Progress, Runner, UpdateRequest
+from reconcile.refs import MissingSecretError, SecretReader
+from reconcile.source import GitCredentials, SourceError, checkout, resolve_revision
+from reconcile.spec import SpecError, StackSpec, parse_spec
+from status import conditions as cond
+from status.conditions import Reason
+from status.events import NORMAL, WARNING, EventRecorder
+from status.writer import StatusWriter
+
+log = structlog.get_logger(__name__)
+
+GROUP, VERSION, PLURAL, KIND = "pulumi.com", "v1", "stacks", "Stack"
+FINALIZER = "finalizer.stack.pulumi.com"
+REQUEST_ANNOTATIONS = ("pulumi.com/reconciliation-request", "reconcile.fluxcd.io/requestedAt")
+HISTORY_LIMIT = 10
+PROGRESS_INTERVAL = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings of the reconciler."""
+
+    work_root: Path  # per-Stack source checkouts live under <work_root>/<namespace>/<name>
+    default_backend: str | None = None  # used when spec.backend is empty
+    policy: decisions.Policy = dataclasses.field(default_factory=decisions.Policy)
+    wait_poll: float = 30.0  # seconds between checks for a Secret, prerequisite or lock
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _request(obj: Mapping[str, Any]) -> str | None:
+    annotations = obj["metadata"].get("annotations") or {}
+    for name in REQUEST_ANNOTATIONS:
+        if annotations.get(name):
+            return str(annotations[name])
+    return None
+
+
+class StackReconciler:
+    """Reconciles ``pulumi.com/v1`` Stacks; see the module docstring."""
+
+    def __init__(  # noqa: PLR0913 - the reconciler's collaborators, each injected
+        self,
+        api_client: client.ApiClient,
+        store: Store,
+        runner: Runner,
+        writer: StatusWriter,
+        events: EventRecorder,
+        settings: Settings,
+        *,
+        clock: Callable[[], datetime.datetime] = _now,
+    ) -> None:
+        """Wire the collaborators; nothing runs until ``reconcile``."""
+        self._api_client = api_client
+        self._objects = client.CustomObjectsApi(api_client)
+        self._store = store
+        self._runner = runner
+        self._writer = writer
+        self._events = events
+        self._settings = settings
+        self._clock = clock
+
+    # -- entry point ------------------------------------------------------------------
+
+    def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
+        """Bring one Stack up to date (see the module docstring)."""
+        obj = self._writer.current(key)
+        if obj is None:
+            self._writer.forget(key)
+            return Result()
+        if obj["metadata"].get("deletionTimestamp"):
+            return self._finalize(key, obj, stop)
+        if FINALIZER not in (obj["metadata"].get("finalizers") or ()):
+            self._add_finalizer(key, obj)
+            return Result()  # the update event brings the Stack back with its finalizer
+        generation = int(obj["metadata"].get("generation") or 0)
+        try:
+            spec = parse_spec(obj.get("spec") or {}, key.namespace)
+        except SpecError as err:
+            self._stall(key, obj, generation, Reason.INVALID_SPEC, str(err))
+            return Result()
+        if spec.suspend:
+            self._writer.update(key, lambda s: cond.with_generation(s, generation))
+            return Result()
+        return self._sync(key, obj, spec, generation, stop)
+
+    # -- the normal path --------------------------------------------------------------
+
+    def _sync(
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        spec: StackSpec,
+        generation: int,
+        stop: threading.Event,
+    ) -> Result:
+        blocker = self._unready_prerequisite(key, spec)
+        if blocker:
+            self._wait(key, obj, generation, Reason.DEPENDENCY_NOT_READY, blocker)
+            return Result(requeue_after=self._settings.wait_poll)
+        secrets = SecretReader(self._api_client, key.namespace)
+        try:
+            credentials = self._credentials(spec, secrets)
+            commit = self._resolve_commit(spec, credentials)
+        except MissingSecretError as err:
+            self._stall(key, obj, generation, Reason.SECRET_NOT_FOUND, str(err))
+            return Result(requeue_after=self._settings.wait_poll)
+        except SourceError as err:
+            return self._source_failed(key, obj, generation, err)
+        status = obj.get("status") or {}
+        observed = decisions.Observed(generation, status, _request(obj), commit, self._clock())
+        decision = decisions.decide(spec, observed, self._settings.policy)
+        if decision.exhausted:
+            self._exhausted(key, obj, generation, status)
+        if not decision.due:
+            return Result(requeue_after=decision.requeue_after)
+        return self._run(key, obj, spec, observed, decision, secrets, credentials, stop)
+
+    def _run(  # noqa: PLR0913 - one run's inputs
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        spec: StackSpec,
+        observed: decisions.Observed,
+        decision: decisions.Decision,
+        secrets: SecretReader,
+        credentials: GitCredentials | None,
+        stop: threading.Event,
+    ) -> Result:
+        operation = "preview" if spec.preview else "up"
+        log.info("Run due", why=decision.why, operation=operation, commit=observed.commit)
+        started = self._clock()
+        self._report_start(key, obj, observed, operation, started)
+        try:
+            request = self._request(key, spec, observed, secrets, credentials)
+        except MissingSecretError as err:
+            self._stall(
+                key, obj, observed.generation, Reason.SECRET_NOT_FOUND, str(err), clear=True
+            )
+            return Result(requeue_after=self._settings.wait_poll)
+        except SourceError as err:
+            self._clear_current(key)
+            return self._source_failed(key, obj, observed.generation, err)
+        progress = _ProgressReporter(self, key, observed.generation, operation)
+        outcome = self._runner.run(request, on_progress=progress, stop=stop)
+        if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
+            log.warning("Cleared a stale lock left by a dead update of this operator")
+            outcome = self._runner.run(request, on_progress=progress, stop=stop)
+        return self._report_outcome(key, obj, spec, observed, decision, outcome)
+
+    def _request(
+        self,
+        key: ObjectKey,
+        spec: StackSpec,
+        observed: decisions.Observed,
+        secrets: SecretReader,
+        credentials: GitCredentials | None,
+    ) -> UpdateRequest:
+        env = secrets.resolve_all(spec.env_refs)
+        backend = spec.backend or self._settings.default_backend
+        if backend:
+            env["PULUMI_BACKEND_URL"] = backend
+        secret_config = secrets.resolve_all(spec.secrets_ref)
+        source = self._settings.work_root / key.namespace / key.name / "source"
+        source.parent.mkdir(parents=True, exist_ok=True)
+        checkout(
+            str(spec.project_repo),
+            source,
+            commit=observed.commit,
+            credentials=credentials,
+        )
+        work_dir = source / spec.repo_dir if spec.repo_dir else source
+        message = (
+            f"pulumi-stack-operator: {key} generation {observed.generation} "
+            f"commit {observed.commit[:12]}"
+        )
+        return UpdateRequest(
+            work_dir=work_dir,
+            stack=spec.stack,
+            env=env,
+            config=dict(spec.config),
+            secret_config=secret_config,
+            secrets_provider=spec.secrets_provider,
+            refresh=spec.refresh,
+            expect_no_refresh_changes=spec.expect_no_refresh_changes,
+            preview=spec.preview,
+            targets=spec.targets,
+            use_local_stack_only=spec.use_local_stack_only,
+            message=message,
+        )
+
+    # -- outcomes -------------------------------------------------------------------
+
+    def _report_outcome(  # noqa: PLR0913 - one run's facts
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        spec: StackSpec,
+        observed: decisions.Observed,
+        decision: decisions.Decision,
+        outcome: Outcome,
+    ) -> Result:
+        generation, ended = observed.generation, self._clock()
+        previous = (observed.status.get("lastUpdate") or {}).get("failures") or 0
+        failures = 0 if outcome.succeeded else (1 if decision.fresh else int(previous) + 1)
+        if outcome.error is ErrorKind.CONFLICT:
+            failures = 0 if decision.fresh else int(previous)
+        last = self._last_update(spec, observed, outcome, failures, ended)
+
+        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = dict(status)
+            new.pop("currentUpdate", None)
+            new.pop("progress", None)
+            new["lastUpdate"] = last
+            new["history"] = _history(status, outcome, observed)
+            if outcome.succeeded and outcome.operation == "up":
+                new["outputs"] = dict(outcome.outputs)
+            if observed.request:
+                new["observedReconcileRequest"] = observed.request
+                new["lastHandledReconcileAt"] = observed.request
+            return self._conditions_for(new, spec, generation, outcome, failures, ended)
+
+        before = cond.get_condition(observed.status, cond.READY)
+        self._writer.update(key, apply)
+        self._post_outcome(obj, before, outcome, failures)
+        return self._next(spec, outcome, failures)
+
+    def _conditions_for(  # noqa: PLR0913 - the facts a condition is computed from
+        self,
+        status: dict[str, Any],
+        spec: StackSpec,
+        generation: int,
+        outcome: Outcome,
+        failures: int,
+        now: datetime.datetime,
+    ) -> dict[str, Any]:
+        if outcome.succeeded:
+            return cond.succeeded(status, generation, _success_message(outcome, status), now)
+        if outcome.error is ErrorKind.INTERRUPTED:
+            message = "Interrupted by an operator shutdown; it resumes when the operator restarts"
+            return cond.retrying(status, generation, Reason.INTERRUPTED, message, message, now)
+        if outcome.error is ErrorKind.CONFLICT:
+            message = f"Waiting for another update to finish: {outcome.message}"
+            return cond.waiting(status, generation, Reason.UPDATE_CONFLICT, message, now)
+        stalled = _STALLING.get(outcome.error)
+        if stalled is not None:
+            return cond.stalled(status, generation, stalled, outcome.message, now)
+        reason = _failure_reason(outcome)
+        if failures >= self._settings.policy.max_update_failures:
+            message = (
+                f"{outcome.operation} failed {failures} times in a row; not retrying until the "
+                f"Stack, its source or a reconcile request changes. Last error: {outcome.message}"
+            )
+            return cond.stalled(status, generation, Reason.RETRIES_EXHAUSTED, message, now)
+        delay = decisions.backoff(failures, spec, self._settings.policy)
+        at = cond.now_rfc3339(now + datetime.timedelta(seconds=delay))
+        retry = f"Attempt {failures} failed; retrying at {at}"
+        return cond.retrying(status, generation, reason, outcome.message, retry, now)
+
+    def _next(self, spec: StackSpec, outcome: Outcome, failures: int) -> Result:
+        if outcome.succeeded:
+            if spec.continue_resync_on_commit_match or spec.tracks_branch:
+                return Result(requeue_after=float(spec.resync_frequency_seconds))
+            return Result()
+        if outcome.error is ErrorKind.INTERRUPTED:
+            return Result()  # shutting down; the next start resumes
+        if outcome.error is ErrorKind.CONFLICT:
+            return Result(requeue_after=self._settings.wait_poll)
+        if outcome.error in _STALLING or failures >= self._settings.policy.max_update_failures:
+            return Result(
+                requeue_after=float(spec.resync_frequency_seconds) if spec.tracks_branch else None
+            )
+        return Result(requeue_after=decisions.backoff(failures, spec, self._settings.policy))
+
+    def _last_update(
+        self,
+        spec: StackSpec,
+        observed: decisions.Observed,
+        outcome: Outcome,
+        failures: int,
+        ended: datetime.datetime,
+    ) -> dict[str, Any]:
+        previous = observed.status.get("lastUpdate") or {}
+        last: dict[str, Any] = {
+            "state": "succeeded" if outcome.succeeded else "failed",
+            "type": outcome.operation,
+            "generation": observed.generation,
+            "lastAttemptedCommit": observed.commit,
+            "shortCommit": observed.commit[:7],
+            "lastResyncTime": cond.now_rfc3339(ended),
+            "message": outcome.message if not outcome.succeeded else _summary(outcome),
+            "failures": failures,
+        }
+        successful = observed.commit if outcome.succeeded else previous.get("lastSuccessfulCommit")
+        if successful:
+            last["lastSuccessfulCommit"] = successful
+        if outcome.permalink:
+            last["permalink"] = outcome.permalink
+        if observed.request:
+            last["reconcileRequest"] = observed.request
+        if outcome.error is ErrorKind.INTERRUPTED:
+            last["interrupted"] = True
+        del spec
+        return last
+
+    # -- status helpers ---------------------------------------------------------------
+
+    def _report_start(
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        observed: decisions.Observed,
+        operation: str,
+        started: datetime.datetime,
+    ) -> None:
+        message = (
+            f"Running pulumi {operation} at commit {observed.commit[:7]} "
+            f"(generation {observed.generation})"
+        )
+        current = {
+            "generation": observed.generation,
+            "commit": observed.commit,
+            "type": operation,
+            "startTime": cond.now_rfc3339(started),
+        }
+        if observed.request:
+            current["reconcileRequest"] = observed.request
+
+        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = cond.progressing(status, observed.generation, message, started)
+            new["currentUpdate"] = current
+            return new
+
+        self._writer.update(key, apply)
+        self._events.post(obj, NORMAL, "UpdateStarted", message)
+
+    def _clear_current(self, key: ObjectKey) -> None:
+        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = dict(status)
+            new.pop("currentUpdate", None)
+            new.pop("progress", None)
+            return new
+
+        self._writer.update(key, apply)
+
+    def _stall(  # noqa: PLR0913 - the stall's facts
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        generation: int,
+        reason: Reason,
+        message: str,
+        *,
+        clear: bool = False,
+    ) -> None:
+        before = cond.get_condition(obj.get("status") or {}, cond.STALLED)
+
+        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = cond.stalled(status, generation, reason, message, self._clock())
+            if clear:
+                new.pop("currentUpdate", None)
+                new.pop("progress", None)
+            return new
+
+        if self._writer.update(key, apply) and (before is None or before.get("reason") != reason):
+            self._events.post(obj, WARNING, str(reason), message)
+
+    def _wait(
+        self, key: ObjectKey, obj: Mapping[str, Any], generation: int, reason: Reason, message: str
+    ) -> None:
+        before = cond.get_condition(obj.get("status") or {}, cond.READY)
+        self._writer.update(
+            key, lambda s: cond.waiting(s, generation, reason, message, self._clock())
+        )
+        if before is None or before.get("reason") != reason:
+            self._events.post(obj, NORMAL, str(reason), message)
+
+    def _exhausted(
+        self, key: ObjectKey, obj: Mapping[str, Any], generation: int, status: Mapping[str, Any]
+    ) -> None:
+        stalled = cond.get_condition(status, cond.STALLED)
+        if stalled is None:  # e.g. the cap was lowered: report what the status implies
+            last = status.get("lastUpdate") or {}
+            message = (
+                "Retries exhausted; not retrying until a change. "
+                f"Last error: {last.get('message', '')}"
+            )
+            self._stall(key, obj, generation, Reason.RETRIES_EXHAUSTED, message)
+
+    def _source_failed(
+        self, key: ObjectKey, obj: Mapping[str, Any], generation: int, err: SourceError
+    ) -> Result:
+        if err.transient:
+            msg = f"source unavailable: {err}"
+            raise TransientError(msg) from err
+        reason = (
+            Reason.AUTHENTICATION_FAILED
+            if err.reason == "AuthenticationFailed"
+            else Reason.SOURCE_UNAVAILABLE
+        )
+        self._stall(key, obj, generation, reason, str(err))
+        return Result(requeue_after=self._settings.wait_poll)
+
+    def _post_outcome(
+        self,
+        obj: Mapping[str, Any],
+        before: Mapping[str, Any] | None,
+        outcome: Outcome,
+        failures: int,
+    ) -> None:
+        if outcome.succeeded:
+            self._events.post(obj, NORMAL, str(Reason.SUCCEEDED), _summary(outcome))
+            return
+        if outcome.error is ErrorKind.CONFLICT:
+            if before is None or before.get("reason") != Reason.UPDATE_CONFLICT:
+                self._events.post(obj, NORMAL, str(Reason.UPDATE_CONFLICT), outcome.message)
+            return
+        if outcome.error is ErrorKind.INTERRUPTED:
+            self._events.post(
+                obj, WARNING, str(Reason.INTERRUPTED), "Update interrupted by shutdown"
+            )
+            return
+        reason = _STALLING.get(outcome.error) or _failure_reason(outcome)
+        if failures >= self._settings.policy.max_update_failures:
+            reason = Reason.RETRIES_EXHAUSTED
+        self._events.post(obj, WARNING, str(reason), outcome.message)
+
+    # -- sources, secrets, prerequisites ----------------------------------------------
+
+    def _credentials(self, spec: StackSpec, secrets: SecretReader) -> GitCredentials | None:
+        auth = spec.git_auth
+        if auth is None:
+            return None
+
+        def value(ref: Any) -> str | None:  # noqa: ANN401 - ResourceRef | None
+            return secrets.resolve(ref) if ref is not None else None
+
+        return GitCredentials(
+            token=value(auth.access_token),
+            username=value(auth.username),
+            password=value(auth.password),
+            ssh_private_key=value(auth.ssh_private_key),
+            ssh_passphrase=value(auth.ssh_password),
+        )
+
+    def _resolve_commit(self, spec: StackSpec, credentials: GitCredentials | None) -> str:
+        if spec.commit:
+            return spec.commit
+        return resolve_revision(str(spec.project_repo), str(spec.branch), credentials)
+
+    def _unready_prerequisite(self, key: ObjectKey, spec: StackSpec) -> str | None:
+        for prerequisite in spec.prerequisites:
+            other = self._store.get(ObjectKey(key.namespace, prerequisite.name))
+            if other is None:
+                return f'Prerequisite Stack "{prerequisite.name}" does not exist'
+            status = other.get("status") or {}
+            ready = cond.get_condition(status, cond.READY)
+            generation = (other.get("metadata") or {}).get("generation")
+            if (
+                ready is None
+                or ready.get("status") != "True"
+                or status.get("observedGeneration") != generation
+            ):
+                return f'Prerequisite Stack "{prerequisite.name}" is not Ready'
+            if prerequisite.succeeded_within is not None:
+                ended = decisions.parse_time((status.get("lastUpdate") or {}).get("lastResyncTime"))
+                age = (self._clock() - ended).total_seconds() if ended else float("inf")
+                if age > prerequisite.succeeded_within:
+                    return (
+                        f'Prerequisite Stack "{prerequisite.name}" last succeeded {age:.0f}s '
+                        f"ago, more than {prerequisite.succeeded_within:.0f}s"
+                    )
+        return None
+
+    # -- finalizer and deletion -------------------------------------------------------
+
+    def _add_finalizer(self, key: ObjectKey, obj: Mapping[str, Any]) -> None:
+        finalizers = [*(obj["metadata"].get("finalizers") or ()), FINALIZER]
+        self._patch_metadata(key, obj, {"finalizers": finalizers})
+
+    def _remove_finalizer(self, key: ObjectKey, obj: Mapping[str, Any]) -> None:
+        finalizers = [f for f in obj["metadata"].get("finalizers") or () if f != FINALIZER]
+        self._patch_metadata(key, obj, {"finalizers": finalizers})
+
+    def _patch_metadata(
+        self, key: ObjectKey, obj: Mapping[str, Any], fields: dict[str, Any]
+    ) -> None:
+        body = {"metadata": {**fields, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+        try:
+            with_retries(
+                self._objects.patch_namespaced_custom_object,
+                GROUP, VERSION, key.namespace, PLURAL, key.name, body,
+            )  # fmt: skip
+        except client.ApiException as err:
+            if err.status == 409:  # changed meanwhile: the watch brings the new version
+                raise TransientError("the Stack changed while its finalizer was updated") from err
+            if err.status != 404:
+                raise
+
+    def _finalize(self, key: ObjectKey, obj: Mapping[str, Any], stop: threading.Event) -> Result:
+        if FINALIZER not in (obj["metadata"].get("finalizers") or ()):
+            return Result()
+        generation = int(obj["metadata"].get("generation") or 0)
+        try:
+            spec = parse_spec(obj.get("spec") or {}, key.namespace)
+        except SpecError:
+            spec = None  # nothing can have been deployed from an invalid spec by us
+        if spec is not None and spec.destroy_on_finalize and not spec.preview:
+            blocked = self._destroy(key, obj, spec, generation, stop)
+            if blocked is not None:
+                return blocked
+        self._remove_finalizer(key, obj)
+        shutil.rmtree(self._settings.work_root / key.namespace / key.name, ignore_errors=True)
+        return Result()
+
+    def _destroy(
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        spec: StackSpec,
+        generation: int,
+        stop: threading.Event,
+    ) -> Result | None:
+        message = f'Destroying the stack\'s resources before removing finalizer "{FINALIZER}"'
+        self._writer.update(
+            key, lambda s: cond.deleting(s, generation, Reason.DESTROYING, message, self._clock())
+        )
+        secrets = SecretReader(self._api_client, key.namespace)
+        try:
+            credentials = self._credentials(spec, secrets)
+            commit = self._resolve_commit(spec, credentials)
+            observed = decisions.Observed(
+                generation, obj.get("status") or {}, None, commit, self._clock()
+            )
+            request = self._request(key, spec, observed, secrets, credentials)
+        except (MissingSecretError, SourceError) as err:
+            return self._deletion_blocked(key, obj, generation, f"cannot prepare destroy: {err}")
+        outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
+        if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
+            outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
+        if not outcome.succeeded:
+            return self._deletion_blocked(
+                key, obj, generation, f"destroy failed: {outcome.message}"
+            )
+        self._events.post(obj, NORMAL, "Destroyed", _summary(outcome))
+        return None
+
+    def _deletion_blocked(
+        self, key: ObjectKey, obj: Mapping[str, Any], generation: int, why: str
+    ) -> Result:
+        message = (
+            f'{why}. The finalizer "{FINALIZER}" stays until the stack is destroyed; to '
+            "abandon its resources instead, set spec.destroyOnFinalize to false or remove "
+            "the finalizer"
+        )
+        self._writer.update(
+            key,
+            lambda s: cond.deleting(
+                s, generation, Reason.DELETION_BLOCKED, message, self._clock(), ready="False"
+            ),
+        )
+        self._events.post(obj, WARNING, str(Reason.DELETION_BLOCKED), message)
+        raise TransientError(why)
+
+
+_STALLING = {
+    ErrorKind.STACK_NOT_FOUND: Reason.STACK_NOT_FOUND,
+    ErrorKind.PROGRAM_INVALID: Reason.PROGRAM_INVALID,
+}
+
+
+def _failure_reason(outcome: Outcome) -> Reason:
+    if outcome.error is ErrorKind.REFRESH_CHANGES:
+        return Reason.REFRESH_DRIFT
+    if outcome.operation == "preview":
+        return Reason.PREVIEW_FAILED
+    return Reason.UPDATE_FAILED
+
+
+def _summary(outcome: Outcome) -> str:
+    changes = ", ".join(f"{op} {n}" for op, n in sorted(outcome.resource_changes.items()) if n)
+    return f"pulumi {outcome.operation} succeeded ({changes or 'no changes'})"
+
+
+def _success_message(outcome: Outcome, status: Mapping[str, Any]) -> str:
+    commit = (status.get("lastUpdate") or {}).get("shortCommit", "")
+    return f"{_summary(outcome)} at commit {commit}"
+
+
+def _history(
+    status: Mapping[str, Any], outcome: Outcome, observed: decisions.Observed
+) -> list[Any]:
+    entry = {
+        "type": outcome.operation,
+        "result": "succeeded" if outcome.succeeded else str(outcome.error),
+        "generation": observed.generation,
+        "commit": observed.commit,
+        "startTime": cond.now_rfc3339(outcome.started),
+        "durationSeconds": round((outcome.ended - outcome.started).total_seconds(), 3),
+        "resourceChanges": dict(outcome.resource_changes),
+    }
+    return [entry, *list(status.get("history") or ())][:HISTORY_LIMIT]
+
+
+class _ProgressReporter:
+    """Turns engine progress into at most one status write per PROGRESS_INTERVAL."""
+
+    def __init__(
+        self, owner: StackReconciler, key: ObjectKey, generation: int, operation: str
+    ) -> None:
+        self._owner, self._key, self._generation, self._operation = (
+            owner,
+            key,
+            generation,
+            operation,
+        )
+        self._last = 0.0
+
+    def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if now - self._last < PROGRESS_INTERVAL:
+            return
+        self._last = now
+        message = (
+            f"Running pulumi {self._operation}: {progress.step}, "
+            f"{progress.resources_done}/{progress.resources_total} resources done"
+            + (f", {progress.resources_failed} failed" if progress.resources_failed else "")
+        )
+        fields = {
+            "step": progress.step,
+            "resourcesDone": progress.resources_done,
+            "resourcesTotal": progress.resources_total,
+            "resourcesFailed": progress.resources_failed,
+            "current": progress.current or "",
+            "updatedAt": cond.now_rfc3339(_now()),
+        }
+        generation = self._generation
+
+        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = cond.progressing(status, generation, message, _now())
+            new["progress"] = fields
+            return new
+
+        try:
+            self._owner._writer.update(self._key, apply)  # noqa: SLF001 - the owner's writer
+        except client.ApiException as err:  # progress is best effort
+            log.warning("Writing progress failed", error=str(err))

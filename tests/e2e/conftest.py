@@ -1,0 +1,324 @@
+"""Fixtures for end-to-end tests: the Stack CRD, a program repository, the operator process.
+
+``operator`` starts the real ``python -m controller`` against the test control plane,
+watching the test's namespace, with short poll intervals so that scenarios finish in
+seconds: the informer resync (``--resync-period=2``) re-checks every Stack, which polls
+tracked branches with ``git ls-remote``; failed updates retry after 1 s, 2 s, 4 s….
+Every Stack uses a ``file://`` backend in the test's temp directory and a passphrase from a
+Secret whose value is a sentinel that must never show up in status, events, logs or metrics.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from hack.test_assets import find_pulumi
+from tests.conftest import PROGRAMS
+from tests.testbed.control_plane import ControlPlane
+from tests.testbed.git_server import Checkout, GitServer
+from tests.testbed.process import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
+
+
+class Sentinels:
+    """Secret values that must never leak; each test gets fresh ones."""
+
+    def __init__(self) -> None:
+        """Make random values."""
+        self.passphrase = f"sentinel-passphrase-{secrets.token_hex(8)}"
+        self.secret_config = f"sentinel-config-{secrets.token_hex(8)}"
+
+    def values(self) -> tuple[str, str]:
+        """Every sentinel."""
+        return self.passphrase, self.secret_config
+
+
+class Program:
+    """A git repository holding the files program under ``app/``."""
+
+    def __init__(self, git_server: GitServer, work: Path) -> None:
+        """Create the repository with one commit on main."""
+        name = f"program-{secrets.token_hex(4)}"
+        self.url = git_server.create_repo(name)
+        self.checkout = Checkout(self.url, work / name)
+        sources = {
+            f"app/{p.name}": p.read_text() for p in (PROGRAMS / "files").iterdir() if p.is_file()
+        }
+        self.first = self.checkout.commit(sources, "program")
+
+    def commit(self, message: str = "change", **files: str) -> str:
+        """Push a commit touching ``files`` (default: a README) and return its SHA."""
+        return self.checkout.commit(files or {"README": message}, message)
+
+
+class Operator:
+    """The operator as a subprocess, restartable, with its log kept."""
+
+    def __init__(self, control_plane: ControlPlane, namespace: str, root: Path) -> None:
+        """Prepare (not start)."""
+        self._control_plane, self._namespace, self._root = control_plane, namespace, root
+        self.log = root / "operator.log"
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra: list[str] = []
+
+    def start(self, *extra: str) -> None:
+        """Start the operator (with the extra flags given, else those of the last start)."""
+        if extra:
+            self.extra = list(extra)
+        pulumi_bin = find_pulumi()
+        env = {
+            **os.environ,
+            "PATH": f"{pulumi_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_PYTHON_CMD": sys.executable,
+        }
+        argv = [
+            sys.executable, "-m", "controller",
+            f"--kubeconfig={self._control_plane.kubeconfig}",
+            f"--namespaces={self._namespace}",
+            f"--work-dir={self._root / 'work'}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--resync-period=2",
+            "--update-retry-base=1",
+            "--shutdown-timeout=30",
+            *self.extra,
+        ]  # fmt: skip
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int | None:
+        """Signal the operator and wait for it; returns its exit status."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        return proc.wait(timeout)
+
+    def metrics(self) -> str:
+        """The current /metrics text ('' if unreachable)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+        except OSError:
+            return ""
+
+
+class Stacks:
+    """Create, read, patch and wait on Stacks in the test namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, backend: Path) -> None:
+        """Use ``api`` in ``namespace``; Stacks store state under ``backend``."""
+        self.api = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.backend = backend
+
+    def manifest(self, name: str, program: Program, **spec: Any) -> dict[str, Any]:
+        """A Stack for the files program writing ``<backend>/../<name>.txt``."""
+        base: dict[str, Any] = {
+            "stack": name,
+            "backend": f"file://{self.backend}",
+            "projectRepo": program.url,
+            "branch": "main",
+            "repoDir": "app",
+            "config": {"path": str(self.target(name)), "content": "one"},
+            "envRefs": {
+                "PULUMI_CONFIG_PASSPHRASE": {
+                    "type": "Secret",
+                    "secret": {"name": "pulumi-secrets", "key": "passphrase"},
+                }
+            },
+        }
+        base.update(spec)
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Stack",
+            "metadata": {"name": name},
+            "spec": {k: v for k, v in base.items() if v is not None},
+        }
+
+    def target(self, name: str) -> Path:
+        """The file a Stack's program manages."""
+        return self.backend.parent / f"{name}.txt"
+
+    def create(self, body: dict[str, Any]) -> None:
+        """Create a Stack."""
+        self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+
+    def get(self, name: str) -> dict[str, Any]:
+        """Read a Stack."""
+        obj: dict[str, Any] = self.api.get_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return obj
+
+    def patch(self, name: str, body: dict[str, Any]) -> None:
+        """Merge-patch a Stack."""
+        self.api.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
+
+    def delete(self, name: str) -> None:
+        """Delete a Stack."""
+        self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def exists(self, name: str) -> bool:
+        """Whether the Stack still exists."""
+        try:
+            self.get(name)
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def secret(self, name: str, data: Mapping[str, str]) -> None:
+        """Create a Secret."""
+        encoded: dict[str, bytes | str] = {
+            k: base64.b64encode(v.encode()).decode() for k, v in data.items()
+        }
+        body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), data=encoded)
+        self.core.create_namespaced_secret(self.namespace, body)
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        """A condition of a Stack's status."""
+        for condition in self.get(name).get("status", {}).get("conditions", []):
+            if condition["type"] == type_:
+                found: dict[str, Any] = condition
+                return found
+        return None
+
+    def wait(
+        self, name: str, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 120
+    ) -> dict[str, Any]:
+        """Poll the Stack until ``check(stack)``; fail with its status otherwise."""
+        deadline = time.monotonic() + timeout
+        obj: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            obj = self.get(name)
+            if check(obj):
+                return obj
+            time.sleep(0.25)
+        pytest.fail(
+            f"timed out waiting for {name}: {what}\n{json.dumps(obj.get('status'), indent=1)}"
+        )
+
+    def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
+        """Wait until Ready=True for the current generation."""
+        return self.wait(name, is_ready, "Ready=True", timeout)
+
+    def wait_reason(
+        self, name: str, type_: str, reason: str, timeout: float = 120
+    ) -> dict[str, Any]:
+        """Wait until condition ``type_`` has ``reason`` for the current generation."""
+
+        def check(obj: dict[str, Any]) -> bool:
+            found = find(obj, type_)
+            current = (
+                obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+            )
+            return current and found is not None and found["reason"] == reason
+
+        return self.wait(name, check, f"{type_} reason {reason}", timeout)
+
+    def events(self, name: str) -> list[Any]:
+        """Events regarding a Stack, oldest first."""
+        events = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return sorted(events, key=lambda e: e.first_timestamp or e.event_time)
+
+
+def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """A condition of ``obj``."""
+    for condition in obj.get("status", {}).get("conditions", []):
+        if condition["type"] == type_:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """Ready=True and the status is about the current generation."""
+    ready = find(obj, "Ready")
+    status = obj.get("status", {})
+    return (
+        ready is not None
+        and ready["status"] == "True"
+        and status.get("observedGeneration") == obj["metadata"]["generation"]
+    )
+
+
+@pytest.fixture
+def sentinels() -> Sentinels:
+    """Fresh secret sentinel values."""
+    return Sentinels()
+
+
+@pytest.fixture
+def stacks(
+    control_plane: ControlPlane,
+    stack_crd: str,
+    namespace: str,
+    tmp_path: Path,
+    sentinels: Sentinels,
+) -> Iterator[Stacks]:
+    """Stack helpers in the test namespace, with the passphrase Secret in place."""
+    del stack_crd
+    backend = tmp_path / "state" / "backend"
+    backend.mkdir(parents=True)
+    with control_plane.api_client() as api:
+        helper = Stacks(api, namespace, backend)
+        helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
+        yield helper
+
+
+@pytest.fixture
+def program(git_server: GitServer, tmp_path: Path) -> Program:
+    """A fresh repository with the files program."""
+    return Program(git_server, tmp_path / "checkouts")
+
+
+@pytest.fixture
+def operator(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, stacks: Stacks
+) -> Iterator[Operator]:
+    """The operator process (started), stopped afterwards; its log is printed on failure."""
+    del stacks
+    op = Operator(control_plane, namespace, tmp_path)
+    op.start()
+    yield op
+    op.stop(signal.SIGKILL)
+    print(f"--- operator log ({op.log})\n{op.log.read_text()[-6000:]}")  # noqa: T201
+
+
+def leaks(text: str, sentinels: Sentinels) -> list[str]:
+    """The sentinel values found in ``text``."""
+    return [value for value in sentinels.values() if value in text]
+
+
+def copy_program(dest: Path) -> Path:
+    """A copy of the files program (for running the bare CLI next to the operator)."""
+    shutil.copytree(PROGRAMS / "files", dest)
+    return dest

@@ -1,0 +1,300 @@
+"""A Stack's life with the real operator, control plane, Pulumi CLI and git server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+
+from hack.test_assets import find_pulumi
+from tests.e2e.conftest import (
+    Operator,
+    Program,
+    Sentinels,
+    Stacks,
+    copy_program,
+    find,
+    is_ready,
+    leaks,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+
+
+def scan_for_leaks(stacks: Stacks, operator: Operator, sentinels: Sentinels, *names: str) -> None:
+    """No sentinel appears in any status, event, the operator log or /metrics."""
+    texts = [json.dumps(stacks.get(n).get("status")) for n in names]
+    texts += [f"{e.reason} {e.message}" for n in names for e in stacks.events(n)]
+    texts += [operator.log.read_text(), operator.metrics()]
+    assert not [leak for text in texts for leak in leaks(text, sentinels)]
+
+
+def test_create_change_config_and_follow_the_branch(
+    stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
+) -> None:
+    """Create → Ready with outputs; a config change and a new commit are applied."""
+    stacks.secret("app", {"token": sentinels.secret_config})
+    stacks.create(
+        stacks.manifest(
+            "web",
+            program,
+            secretsRef={"token": {"type": "Secret", "secret": {"name": "app", "key": "token"}}},
+        )
+    )
+    obj = stacks.wait_ready("web")
+    status = obj["status"]
+    assert stacks.target("web").read_text() == "one"
+    assert status["outputs"]["content"] == "one"
+    assert status["outputs"]["secretContent"] == "[secret]"
+    assert status["lastUpdate"]["lastSuccessfulCommit"] == program.first
+    assert status["lastUpdate"]["shortCommit"] == program.first[:7]
+    assert "Reconciling" not in [c["type"] for c in status["conditions"]]
+
+    stacks.patch("web", {"spec": {"config": {"path": str(stacks.target("web")), "content": "two"}}})
+    stacks.wait(
+        "web",
+        lambda o: is_ready(o) and o["status"]["outputs"]["content"] == "two",
+        "config applied",
+    )
+    assert stacks.target("web").read_text() == "two"
+
+    pushed = program.commit("docs")
+    stacks.wait(
+        "web",
+        lambda o: is_ready(o) and o["status"]["lastUpdate"]["lastSuccessfulCommit"] == pushed,
+        "new commit picked up",
+    )
+    reasons = [e.reason for e in stacks.events("web")]
+    assert "UpdateStarted" in reasons
+    assert "Succeeded" in reasons
+    scan_for_leaks(stacks, operator, sentinels, "web")
+
+
+def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
+    """With spec.commit set, a push to the branch changes nothing."""
+    del operator
+    stacks.create(stacks.manifest("pinned", program, branch=None, commit=program.first))
+    stacks.wait_ready("pinned")
+    before = stacks.get("pinned")["status"]["lastUpdate"]
+    program.commit("ignored")
+    time.sleep(6)  # three resync periods
+    assert stacks.get("pinned")["status"]["lastUpdate"] == before
+
+
+def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """A failing resource is retried with backoff; a fixing commit makes it Ready."""
+    del operator
+    config = {"path": str(stacks.target("flaky")), "content": "x", "fail": "disk on fire"}
+    stacks.create(stacks.manifest("flaky", program, config=config))
+    obj = stacks.wait_reason("flaky", "Ready", "UpdateFailed")
+    assert "disk on fire" in find(obj, "Ready")["message"]  # type: ignore[index]
+    assert find(obj, "Reconciling")["reason"] == "ProgressingWithRetry"  # type: ignore[index]
+    stacks.wait("flaky", lambda o: o["status"]["lastUpdate"].get("failures", 0) >= 3, "3 failures")
+    starts = [h["startTime"] for h in stacks.get("flaky")["status"]["history"]][::-1]
+    assert len(starts) >= 3
+
+    fix = {"path": config["path"], "content": "fixed", "fail": None}  # null deletes the key
+    stacks.patch("flaky", {"spec": {"config": fix}})
+    stacks.wait_ready("flaky")
+    assert stacks.target("flaky").read_text() == "fixed"
+
+
+def test_failure_cap_stalls_and_a_reconcile_request_retries(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """After --max-update-failures the Stack is Stalled; the request annotation retries it."""
+    operator.stop()
+    operator.start("--max-update-failures=2")
+    config = {"path": str(stacks.target("capped")), "content": "x", "fail": "still broken"}
+    stacks.create(stacks.manifest("capped", program, config=config))
+    obj = stacks.wait_reason("capped", "Stalled", "RetriesExhausted")
+    assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
+    assert find(obj, "Reconciling") is None
+    failures = obj["status"]["lastUpdate"]["failures"]
+    time.sleep(5)
+    assert stacks.get("capped")["status"]["lastUpdate"]["failures"] == failures  # no more runs
+
+    stacks.patch(
+        "capped", {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "r1"}}}
+    )
+    stacks.wait(
+        "capped", lambda o: o["status"].get("observedReconcileRequest") == "r1", "request handled"
+    )
+
+
+def test_invalid_spec_stalls_without_crashing(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """An Env envRef (refused by design) gives Stalled InvalidSpec and the operator lives on."""
+    body = stacks.manifest(
+        "bad", program, envRefs={"HOME_DIR": {"type": "Env", "env": {"name": "HOME"}}}
+    )
+    stacks.create(body)
+    obj = stacks.wait_reason("bad", "Stalled", "InvalidSpec")
+    assert "Env" in find(obj, "Stalled")["message"]  # type: ignore[index]
+    assert operator.proc is not None
+    assert operator.proc.poll() is None
+    assert [e.type for e in stacks.events("bad") if e.reason == "InvalidSpec"] == ["Warning"]
+
+
+def test_missing_secret_stalls_then_recovers_when_created(
+    stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
+) -> None:
+    """A referenced Secret that does not exist stalls the Stack until it is created."""
+    ref = {"token": {"type": "Secret", "secret": {"name": "late", "key": "token"}}}
+    stacks.create(stacks.manifest("waits", program, secretsRef=ref))
+    stacks.wait_reason("waits", "Stalled", "SecretNotFound")
+    stacks.secret("late", {"token": sentinels.secret_config})
+    stacks.wait_ready("waits")
+    scan_for_leaks(stacks, operator, sentinels, "waits")
+
+
+def test_prerequisites_gate_a_dependent_stack(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """A Stack waits (DependencyNotReady) until its prerequisite is Ready."""
+    del operator
+    stacks.create(stacks.manifest("second", program, prerequisites=[{"name": "first"}]))
+    obj = stacks.wait_reason("second", "Reconciling", "DependencyNotReady")
+    assert not stacks.target("second").exists()
+    assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
+    stacks.create(stacks.manifest("first", program))
+    stacks.wait_ready("first")
+    stacks.wait_ready("second")
+
+
+def test_preview_only_never_changes_resources(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """spec.preview runs previews: Ready, but the file is never written."""
+    del operator
+    stacks.create(stacks.manifest("look", program, preview=True))
+    obj = stacks.wait_ready("look")
+    assert obj["status"]["lastUpdate"]["type"] == "preview"
+    assert not stacks.target("look").exists()
+
+
+def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator) -> None:
+    """While suspended, spec changes are not applied; unsuspending applies them."""
+    del operator
+    stacks.create(stacks.manifest("paused", program))
+    stacks.wait_ready("paused")
+    target = str(stacks.target("paused"))
+    stacks.patch(
+        "paused", {"spec": {"suspend": True, "config": {"path": target, "content": "new"}}}
+    )
+    stacks.wait(
+        "paused",
+        lambda o: o["status"]["observedGeneration"] == o["metadata"]["generation"],
+        "suspension observed",
+    )
+    time.sleep(4)
+    assert stacks.target("paused").read_text() == "one"
+    stacks.patch("paused", {"spec": {"suspend": False}})
+    stacks.wait(
+        "paused", lambda o: is_ready(o) and o["status"]["outputs"]["content"] == "new", "resumed"
+    )
+
+
+def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """Deleting a destroyOnFinalize Stack destroys the file, then the object goes."""
+    del operator
+    stacks.create(stacks.manifest("doomed", program, destroyOnFinalize=True))
+    obj = stacks.wait_ready("doomed")
+    assert obj["metadata"]["finalizers"] == ["finalizer.stack.pulumi.com"]
+    assert stacks.target("doomed").exists()
+    stacks.delete("doomed")
+    deadline = time.monotonic() + 120
+    while stacks.exists("doomed"):
+        assert time.monotonic() < deadline, stacks.get("doomed").get("status")
+        time.sleep(0.5)
+    assert not stacks.target("doomed").exists()
+    assert "Destroyed" in [e.reason for e in stacks.events("doomed")]
+
+
+def test_operator_killed_mid_update_recovers_the_stale_lock(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """SIGKILL during an update leaves a lock; after restart the Stack converges anyway."""
+    config = {"path": str(stacks.target("crash")), "content": "slow", "delay": "20"}
+    stacks.create(stacks.manifest("crash", program, config=config))
+    stacks.wait("crash", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
+    time.sleep(4)  # the CLI is inside the slow resource now, holding the lock
+    operator.stop(signal.SIGKILL)
+    subprocess.run(["pkill", "-9", "-f", f"pulumi.*{stacks.namespace}"], check=False)
+    locks = list(stacks.backend.glob(".pulumi/locks/**/*.json"))
+    assert locks, "the killed update should have left a lock"
+    operator.start()
+    stacks.wait_ready("crash", timeout=180)
+    assert stacks.target("crash").read_text() == "slow"
+
+
+def test_sigterm_mid_update_interrupts_cleanly_then_converges(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """SIGTERM with a short grace interrupts the update, records it, and a restart finishes it."""
+    operator.stop()
+    operator.start("--shutdown-timeout=2")
+    config = {"path": str(stacks.target("term")), "content": "slow", "delay": "30"}
+    stacks.create(stacks.manifest("term", program, config=config))
+    stacks.wait("term", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
+    time.sleep(3)
+    assert operator.stop() == 0
+    obj = stacks.get("term")
+    assert find(obj, "Ready")["reason"] == "Interrupted"  # type: ignore[index]
+    assert "currentUpdate" not in obj["status"]
+    assert not list(stacks.backend.glob(".pulumi/locks/**/*.json"))
+    operator.start("--shutdown-timeout=30")
+    stacks.wait_ready("term", timeout=180)
+
+
+def test_a_lock_held_by_another_live_update_is_waited_for(
+    stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels, tmp_path: Path
+) -> None:
+    """Another live `pulumi up` holds the stack: UpdateConflict is reported, then it proceeds."""
+    del operator
+    work = copy_program(tmp_path / "other")
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{stacks.backend}",
+        "PULUMI_CONFIG_PASSPHRASE": sentinels.passphrase,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_HOME": str(tmp_path / "other-home"),
+        "PULUMI_PYTHON_CMD": sys.executable,
+        "PATH": f"{find_pulumi()}{os.pathsep}{os.environ['PATH']}",
+    }
+    options = auto.LocalWorkspaceOptions(
+        work_dir=str(work),
+        env_vars=env,
+        pulumi_home=env["PULUMI_HOME"],
+        pulumi_command=auto.PulumiCommand(root=str(find_pulumi().parent)),
+    )
+    other = auto.create_stack("locked", work_dir=str(work), opts=options)
+    other.set_config("path", auto.ConfigValue(str(stacks.target("locked"))))
+    other.set_config("content", auto.ConfigValue("theirs"))
+    other.set_config("delay", auto.ConfigValue("15"))
+    holder = threading.Thread(target=lambda: other.up(on_output=lambda _line: None))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not list(stacks.backend.glob(".pulumi/locks/**/*.json")):
+            assert time.monotonic() < deadline, "the other update never took its lock"
+            time.sleep(0.2)
+        stacks.create(stacks.manifest("locked", program))
+        obj = stacks.wait_reason("locked", "Reconciling", "UpdateConflict")
+        assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
+    finally:
+        holder.join(120)
+    stacks.wait_ready("locked", timeout=180)
+    assert stacks.target("locked").read_text() == "one"
