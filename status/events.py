@@ -1,106 +1,580 @@
-"""Kubernetes Events about Stacks: one recorder, edge-triggered by its callers.
+"""Kubernetes Events about Stacks: client-go's ``tools/record`` recorder, in Python.
 
-``EventRecorder.post(obj, type_, reason, message)`` creates a core/v1 Event regarding the
-object, or — when an identical event (same object, type, reason and message) was posted
-recently — raises that Event's ``count`` and ``lastTimestamp`` instead of creating another
-object, as client-go's recorder does. Messages are cut to 1024 characters. Posting is
-best effort: a failure is logged and never fails a reconcile. Callers post only on
-transitions and on update start/finish, never on every pass.
+``EventRecorder.post(obj, type_, reason, message)`` records a core/v1 Event regarding ``obj``
+and returns at once. Callers post only on transitions and on update start/finish; the
+recorder adds what client-go's ``EventCorrelator`` (``tools/record/events_cache.go``) adds
+to every Go controller, with the same defaults:
+
+- **Dedupe.** An event identical to a recent one (same involved object, type, reason,
+  message and source) raises that Event's ``count`` and ``lastTimestamp`` with a PATCH
+  instead of creating another object. The object's ``resourceVersion`` is not part of the
+  identity, so status writes in between do not defeat it.
+- **Aggregation.** Events about one object with the same type and reason but different
+  messages are grouped. When a group reaches 10 distinct messages, no more than 600 s apart
+  (the window slides with each event), that event and later ones become one Event whose
+  message is ``"(combined from similar events): <latest message>"`` and whose count rises.
+- **Spam filter.** Per involved object and source, a token bucket of burst 25 refilled at
+  one token per 300 s. It runs after dedupe, so count-raising PATCHes spend tokens too; an
+  event over the limit is dropped, but dedupe has already counted it, so the next PATCH
+  that goes through carries the full count (client-go does the same).
+- LRU caches of 4096 keys each for dedupe, aggregation and the buckets.
+
+Correlation is in-memory and runs inside ``post()`` under the recorder's lock, with the
+injected ``Clock``; only the API writes go to one background thread, through a FIFO queue
+bounded at 1000 writes (client-go's broadcaster size). When the queue is full the new event
+is dropped, so a slow or unreachable apiserver never blocks a reconcile. Event names are
+chosen here (``<object>.<hex nanoseconds>``, as in client-go), so a PATCH can be queued
+behind the CREATE it depends on, and a repeated CREATE that meets 409 is known to be ours.
+
+Writes and retries: a PATCH answered 404 (the Event expired after the apiserver's
+``--event-ttl``, 1 h by default) re-creates the Event under the same name with the current
+count. Connection errors, 429 and 5xx are tried ``MAX_TRIES`` (4) times in all, waiting a
+random fraction of ``RETRY_INTERVAL`` (2 s) before the second try and the full interval
+before later ones (client-go: 12 tries 10 s apart, which keeps one event in flight for two
+minutes while newer ones queue up). Other answers are not retried. Each request times out
+after ``REQUEST_TIMEOUT`` (10 s). An event that still fails is logged and dropped.
+
+Guarantees: ``post()`` never raises and never waits for the apiserver. Posts from one thread
+are written in order. Messages are cut to 1024 bytes of UTF-8 (so also 1024 characters),
+reason, action and reporting instance to 128. The Event lives in the object's namespace
+(``default`` for cluster-scoped objects), its timestamps are aware UTC, and it carries
+``source.component`` and ``reportingComponent`` ``pulumi-stack-operator``,
+``reportingInstance``, ``action`` and a full ``involvedObject`` (apiVersion, kind, name,
+namespace, uid, resourceVersion). ``eventTime`` is left unset, as client-go's core/v1
+recorder does, which keeps the apiserver's MicroTime parsing out of the way.
+
+Metrics (in the registry given to the constructor; a private one otherwise):
+``pulumi_stack_events_total{type,result}`` counts posts of a valid type by outcome:
+``created`` and ``patched`` (written), ``failed`` (the API refused, or retries ran out) and
+``dropped`` (never sent). ``pulumi_stack_events_dropped_total{reason}`` says why a post was
+not sent: ``rate_limited``, ``queue_full``, ``closed`` or ``invalid`` (a type other than
+Normal/Warning, or an object without metadata). No per-object labels. An idle operator
+leaves both unchanged.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
+import random
 import socket
 import threading
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 from kubernetes import client
+from prometheus_client import CollectorRegistry, Counter
+from urllib3.exceptions import HTTPError
+
+from controller.clock import Clock, RealClock
+from controller.retry import is_transient
 
 log = structlog.get_logger(__name__)
 
+NORMAL, WARNING = "Normal", "Warning"
 COMPONENT = "pulumi-stack-operator"
 MAX_MESSAGE = 1024
-_CACHE_SIZE = 4096
+MAX_FIELD = 128  # reason, action, reportingInstance
 
-NORMAL, WARNING = "Normal", "Warning"
+CACHE_SIZE = 4096
+AGGREGATE_MAX_EVENTS = 10
+AGGREGATE_INTERVAL = 600.0
+SPAM_BURST = 25
+SPAM_REFILL = 1.0 / 300.0  # tokens per second
+COMBINED_PREFIX = "(combined from similar events): "
+
+QUEUE_SIZE = 1000
+MAX_TRIES = 4
+RETRY_INTERVAL = 2.0
+REQUEST_TIMEOUT = 10.0
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+_MAX_NAME = 253
+_STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+_WRITTEN = ("created", "patched")
+_RESULTS = (*_WRITTEN, "failed", "dropped")
+_DROP_REASONS = ("rate_limited", "queue_full", "closed", "invalid")
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-def _now() -> datetime.datetime:
-    now = datetime.datetime.now(datetime.UTC)
-    return now.replace(microsecond=now.microsecond or 1)
+class EventSink(Protocol):
+    """The two core/v1 calls the recorder makes (``client.CoreV1Api`` satisfies it)."""
+
+    def create_namespaced_event(
+        self, namespace: str, body: client.CoreV1Event, *, _request_timeout: float
+    ) -> object:
+        """Create ``body`` in ``namespace``."""
+        ...
+
+    def patch_namespaced_event(
+        self,
+        name: str,
+        namespace: str,
+        body: dict[str, Any],
+        *,
+        _content_type: str,
+        _request_timeout: float,
+    ) -> object:
+        """Patch the Event ``namespace/name`` with ``body``."""
+        ...
 
 
-def _truncate(message: str) -> str:
-    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The involved object of an Event, as read from the object at post time."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        """The reference to ``obj`` (a raw API object); KeyError without metadata.name."""
+        meta = obj["metadata"]
+        return cls(
+            api_version=str(obj.get("apiVersion") or ""),
+            kind=str(obj.get("kind") or ""),
+            name=str(meta["name"]),
+            namespace=str(meta.get("namespace") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+    def identity(self) -> tuple[str, ...]:
+        """What names the object for correlation: everything but the resourceVersion."""
+        return (self.api_version, self.kind, self.namespace, self.name, self.uid)
+
+    def to_model(self) -> client.V1ObjectReference:
+        """The ``involvedObject`` field."""
+        return client.V1ObjectReference(
+            api_version=self.api_version or None,
+            kind=self.kind or None,
+            name=self.name,
+            namespace=self.namespace or None,
+            uid=self.uid or None,
+            resource_version=self.resource_version or None,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One call of ``post()``, with its fields already cut to the API's limits."""
+
+    ref: ObjectRef
+    type: str
+    reason: str
+    message: str
+    action: str
+    stamp: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Write:
+    """What the correlator decided to send: create ``name`` (count 1) or raise its count."""
+
+    occurrence: Occurrence
+    name: str
+    count: int
+    first: datetime.datetime
+
+    @property
+    def namespace(self) -> str:
+        """The Event's namespace: the object's, or ``default`` for cluster-scoped objects."""
+        return self.occurrence.ref.namespace or "default"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Seen:
+    """Dedupe record: the Event that stands for a key, and how often the key occurred."""
+
+    name: str
+    count: int
+    first: datetime.datetime
+
+
+@dataclasses.dataclass(slots=True)
+class _Group:
+    """Aggregation record: distinct messages seen (insertion-ordered) and the last time."""
+
+    messages: dict[str, None]
+    last: float
+
+
+@dataclasses.dataclass(slots=True)
+class _Bucket:
+    """Spam-filter token bucket: ``tokens`` available as of ``last``."""
+
+    tokens: float
+    last: float
+
+
+class _LRU(Generic[K, V]):
+    """A dict that forgets its least recently used key beyond ``size`` keys."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: collections.OrderedDict[K, V] = collections.OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def truncate(text: str, limit: int, marker: str = "") -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, ending in ``marker`` if cut."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    room = limit - len(marker.encode())
+    return data[:room].decode(errors="ignore") + marker
+
+
+def _truncate_message(message: str) -> str:
+    return truncate(message, MAX_MESSAGE, "…")
+
+
+class EventCorrelator:
+    """Dedupe, aggregation and spam filter of client-go's ``EventCorrelator`` (see module doc).
+
+    Pure bookkeeping: no I/O, time from the ``now`` argument (monotonic seconds). Not
+    thread-safe; the recorder calls it under its lock. ``name_for`` picks the name of each
+    new Event.
+    """
+
+    def __init__(self, name_for: Callable[[ObjectRef], str]) -> None:
+        """Start with empty caches."""
+        self._name_for = name_for
+        # Each keyed by tuples of strings; dedupe keys are tagged "event" or "aggregate".
+        self._seen: _LRU[tuple[str, ...], _Seen] = _LRU(CACHE_SIZE)
+        self._groups: _LRU[tuple[str, ...], _Group] = _LRU(CACHE_SIZE)
+        self._buckets: _LRU[tuple[str, ...], _Bucket] = _LRU(CACHE_SIZE)
+
+    def correlate(self, occurrence: Occurrence, now: float) -> Write | None:
+        """The write for ``occurrence`` at ``now``, or None if the spam filter drops it."""
+        occurrence, key = self._aggregate(occurrence, now)
+        write = self._observe(occurrence, key)
+        return write if self._allow(occurrence.ref, now) else None
+
+    def _aggregate(self, occ: Occurrence, now: float) -> tuple[Occurrence, tuple[str, ...]]:
+        group_key = (*occ.ref.identity(), occ.type, occ.reason)
+        group = self._groups.get(group_key)
+        if group is None or now - group.last > AGGREGATE_INTERVAL:
+            group = _Group(messages={}, last=now)
+        group.messages[occ.message] = None
+        group.last = now
+        self._groups.put(group_key, group)
+        if len(group.messages) < AGGREGATE_MAX_EVENTS:
+            return occ, ("event", *group_key, occ.message)
+        # Keep the set below the threshold, so each new distinct message aggregates again
+        # (client-go pops an arbitrary element; we pop the oldest).
+        del group.messages[next(iter(group.messages))]
+        combined = _truncate_message(COMBINED_PREFIX + occ.message)
+        return dataclasses.replace(occ, message=combined), ("aggregate", *group_key)
+
+    def _observe(self, occ: Occurrence, key: tuple[str, ...]) -> Write:
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = _Seen(name=self._name_for(occ.ref), count=1, first=occ.stamp)
+        else:
+            seen = dataclasses.replace(seen, count=seen.count + 1)
+        self._seen.put(key, seen)
+        return Write(occurrence=occ, name=seen.name, count=seen.count, first=seen.first)
+
+    def _allow(self, ref: ObjectRef, now: float) -> bool:
+        key = ref.identity()
+        bucket = self._buckets.get(key) or _Bucket(tokens=float(SPAM_BURST), last=now)
+        bucket.tokens = min(float(SPAM_BURST), bucket.tokens + (now - bucket.last) * SPAM_REFILL)
+        bucket.last = now
+        allowed = bucket.tokens >= 1.0
+        if allowed:
+            bucket.tokens -= 1.0
+        self._buckets.put(key, bucket)
+        return allowed
 
 
 class EventRecorder:
-    """Posts and de-duplicates Events; see the module docstring."""
+    """Correlates Events in ``post()`` and writes them on a background thread.
 
-    def __init__(self, api_client: client.ApiClient, instance: str | None = None) -> None:
-        """Post through ``api_client`` as ``pulumi-stack-operator`` on ``instance``."""
-        self._api = client.CoreV1Api(api_client)
-        self._instance = instance or socket.gethostname()
-        self._lock = threading.Lock()
-        self._recent: collections.OrderedDict[tuple[str, ...], tuple[str, int]] = (
-            collections.OrderedDict()
+    ``post()`` never raises and never blocks on the API. ``flush(timeout)`` waits until
+    every queued write is done (tests, shutdown). ``close()`` refuses later posts, lets the
+    thread finish the queue with one try per write, and joins it. The thread is a daemon,
+    so a recorder that is never closed does not keep the process alive.
+    """
+
+    def __init__(  # noqa: PLR0913 - each collaborator is injectable for tests
+        self,
+        api_client: client.ApiClient | None,
+        instance: str | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Clock | None = None,
+        wall: Callable[[], datetime.datetime] = _utc_now,
+        sink: EventSink | None = None,
+    ) -> None:
+        """Post through ``api_client`` (or ``sink``) as ``pulumi-stack-operator``/``instance``.
+
+        ``instance`` (default: the host name) becomes ``reportingInstance``. ``clock``
+        drives the correlation windows, the buckets and the retry waits; ``wall`` (aware
+        UTC) stamps ``firstTimestamp``/``lastTimestamp``.
+        """
+        self._sink: EventSink = sink if sink is not None else client.CoreV1Api(api_client)
+        self._instance = truncate(instance or socket.gethostname(), MAX_FIELD)
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._wall = wall
+        self._correlator = EventCorrelator(self._name_for)
+        self._last_suffix = 0
+        # _cond guards the correlator, _queue (FIFO, at most QUEUE_SIZE writes), _busy (the
+        # worker holds a write it took from the queue) and _closed (no more posts).
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Write] = collections.deque()
+        self._busy = False
+        self._closed = False
+        self._init_metrics(registry if registry is not None else CollectorRegistry())
+        self._thread = threading.Thread(target=self._run, name="event-recorder", daemon=True)
+        self._thread.start()
+
+    # -- public API ---------------------------------------------------------------------
+
+    def post(
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        action: str | None = None,
+    ) -> None:
+        """Record an event about ``obj`` (a raw API object); never raises, never blocks.
+
+        ``type_`` is NORMAL or WARNING; ``reason`` a CamelCase reason; ``action`` what the
+        operator did (defaults to ``reason``).
+        """
+        try:
+            self._post(obj, type_, reason, message, action)
+        except Exception:  # events are auxiliary: a bug here must not fail a reconcile
+            log.exception("Recording an event failed", reason=reason, type=type_)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` real seconds until no write is queued or in flight."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
+        """Refuse new posts, finish the queue (one try per write); True if the thread ended."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- correlation (caller's thread) --------------------------------------------------
+
+    def _post(
+        self, obj: Mapping[str, Any], type_: str, reason: str, message: str, action: str | None
+    ) -> None:
+        meta = obj.get("metadata")
+        if type_ not in (NORMAL, WARNING) or not isinstance(meta, Mapping) or not meta.get("name"):
+            log.error("Refusing an invalid event", reason=reason, type=type_)
+            self._dropped.labels("invalid").inc()
+            return
+        occurrence = Occurrence(
+            ref=ObjectRef.of(obj),
+            type=type_,
+            reason=truncate(reason, MAX_FIELD),
+            message=_truncate_message(message),
+            action=truncate(action or reason, MAX_FIELD),
+            stamp=self._wall().astimezone(datetime.UTC),
+        )
+        with self._cond:
+            drop = self._enqueue(occurrence)
+        if drop is not None:
+            self._drop(occurrence, drop)
+
+    def _enqueue(self, occurrence: Occurrence) -> str | None:
+        """Correlate and queue ``occurrence``; return why it was dropped, if it was."""
+        if self._closed:
+            return "closed"
+        if len(self._queue) >= QUEUE_SIZE:
+            return "queue_full"
+        write = self._correlator.correlate(occurrence, self._clock.now())
+        if write is None:
+            return "rate_limited"
+        self._queue.append(write)
+        self._cond.notify_all()
+        return None
+
+    def _name_for(self, ref: ObjectRef) -> str:
+        """A new Event name, ``<object>.<hex ns>`` like client-go; unique in this process."""
+        suffix = max(time.time_ns(), self._last_suffix + 1)
+        self._last_suffix = suffix
+        tail = f".{suffix:x}"
+        return ref.name[: _MAX_NAME - len(tail)].rstrip(".-") + tail
+
+    def _drop(self, occurrence: Occurrence, why: str) -> None:
+        self._dropped.labels(why).inc()
+        self._events.labels(occurrence.type, "dropped").inc()
+        level = log.debug if why == "rate_limited" else log.warning
+        level("Dropped an event", why=why, **_fields(occurrence))
+
+    # -- writing (background thread) ----------------------------------------------------
+
+    def _run(self) -> None:
+        while (write := self._next()) is not None:
+            try:
+                self._deliver(write)
+            except Exception:  # the worker loop must outlive any one event
+                log.exception("Writing an event failed", **_fields(write.occurrence))
+                self._events.labels(write.occurrence.type, "failed").inc()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _next(self) -> Write | None:
+        """The next write to send (FIFO); None once closed and drained."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            self._busy = True
+            return self._queue.popleft()
+
+    def _deliver(self, write: Write) -> None:
+        """Send ``write``, retrying transient failures; count the outcome."""
+        for attempt in range(1, MAX_TRIES + 1):
+            try:
+                result = self._send(write)
+            except (client.ApiException, HTTPError, OSError) as err:
+                if not is_transient(err) or attempt == MAX_TRIES or not self._sleep(attempt):
+                    self._give_up(write, err, attempt)
+                    return
+            else:
+                self._events.labels(write.occurrence.type, result).inc()
+                return
+
+    def _send(self, write: Write) -> str:
+        """One try: PATCH the count of a known Event, else (or if it is gone) CREATE it."""
+        if write.count > 1:
+            try:
+                self._sink.patch_namespaced_event(
+                    write.name,
+                    write.namespace,
+                    _patch_body(write),
+                    _content_type=_STRATEGIC_MERGE,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+                # Expired (--event-ttl) or deleted: create it again, count and all.
+            else:
+                return "patched"
+        try:
+            self._sink.create_namespaced_event(
+                write.namespace, self._body(write), _request_timeout=REQUEST_TIMEOUT
+            )
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+            # Names are ours and unique: an earlier try that timed out did create it.
+        return "created"
+
+    def _sleep(self, attempt: int) -> bool:
+        """Wait before try ``attempt + 1``; False if the recorder closed meanwhile."""
+        # Like client-go, the first wait is random so that clients desynchronise.
+        jitter = random.random()  # noqa: S311 - jitter, not cryptography
+        pause = RETRY_INTERVAL * (jitter if attempt == 1 else 1.0)
+        deadline = self._clock.now() + pause
+        with self._cond:
+            while not self._closed and self._clock.now() < deadline:
+                self._clock.wait_until(self._cond, deadline)
+            return not self._closed
+
+    def _give_up(self, write: Write, err: BaseException, tries: int) -> None:
+        self._events.labels(write.occurrence.type, "failed").inc()
+        log.warning(
+            "Writing an event failed; dropping it",
+            tries=tries,
+            error=str(err).strip(),
+            **_fields(write.occurrence),
         )
 
-    def post(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record an event about ``obj``; never raises."""
-        meta = obj["metadata"]
-        message = _truncate(message)
-        key = (str(meta.get("uid")), type_, reason, message)
-        with self._lock:
-            seen = self._recent.pop(key, None)
-        try:
-            if seen is None:
-                name = self._create(obj, type_, reason, message)
-                count = 1
-            else:
-                name, count = seen[0], seen[1] + 1
-                self._bump(meta["namespace"], name, count)
-        except (client.ApiException, OSError) as err:
-            log.warning("Posting an event failed", reason=reason, error=str(err))
-            return
-        with self._lock:
-            self._recent[key] = (name, count)
-            while len(self._recent) > _CACHE_SIZE:
-                self._recent.popitem(last=False)
-
-    def _create(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> str:
-        meta = obj["metadata"]
-        now = _now()
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta['name']}.", namespace=meta["namespace"]
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"),
-                kind=obj.get("kind"),
-                name=meta["name"],
-                namespace=meta["namespace"],
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
-            reason=reason,
-            message=message,
-            type=type_,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+    def _body(self, write: Write) -> client.CoreV1Event:
+        occ = write.occurrence
+        return client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=write.name, namespace=write.namespace),
+            involved_object=occ.ref.to_model(),
+            reason=occ.reason,
+            message=occ.message,
+            type=occ.type,
+            count=write.count,
+            first_timestamp=write.first,
+            last_timestamp=occ.stamp,
             source=client.V1EventSource(component=COMPONENT),
             reporting_component=COMPONENT,
             reporting_instance=self._instance,
-            action=reason,
+            action=occ.action,
         )
-        created = self._api.create_namespaced_event(meta["namespace"], body)
-        return str(created.metadata.name) if created.metadata else ""
 
-    def _bump(self, namespace: str, name: str, count: int) -> None:
-        stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._api.patch_namespaced_event(name, namespace, {"count": count, "lastTimestamp": stamp})
+    # -- metrics ------------------------------------------------------------------------
+
+    def _init_metrics(self, registry: CollectorRegistry) -> None:
+        self._events = Counter(
+            "pulumi_stack_events_total",
+            "Events posted by the operator, by type and result (created, patched: written; "
+            "failed: refused or out of retries; dropped: never sent).",
+            ["type", "result"],
+            registry=registry,
+        )
+        self._dropped = Counter(
+            "pulumi_stack_events_dropped_total",
+            "Events not sent, by reason (rate_limited, queue_full, closed, invalid).",
+            ["reason"],
+            registry=registry,
+        )
+        for type_ in (NORMAL, WARNING):
+            for result in _RESULTS:
+                self._events.labels(type_, result)
+        for why in _DROP_REASONS:
+            self._dropped.labels(why)
+
+
+def _patch_body(write: Write) -> dict[str, Any]:
+    """What changes on a repeat: count, lastTimestamp and (when aggregated) the message."""
+    return {
+        "count": write.count,
+        "lastTimestamp": write.occurrence.stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "message": write.occurrence.message,
+    }
+
+
+def _fields(occ: Occurrence) -> dict[str, str]:
+    """Log fields naming an event (never its message, which may be long)."""
+    return {
+        "type": occ.type,
+        "reason": occ.reason,
+        "object_kind": occ.ref.kind,
+        "object_namespace": occ.ref.namespace,
+        "object_name": occ.ref.name,
+    }
