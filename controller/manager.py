@@ -27,9 +27,14 @@ import structlog
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from controller.cache import Store
+from controller.cache import Object, Store
 from controller.config import Config
-from controller.informer import CustomObjectsListWatcher, Informer
+from controller.informer import (
+    CustomObjectsListWatcher,
+    DeletedFinalStateUnknown,
+    EventHandler,
+    Informer,
+)
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.reconciler import Reconciler
 from controller.workers import Controller
@@ -57,6 +62,8 @@ class ManagerContext:
     config: Config
     registry: CollectorRegistry
     stop: threading.Event
+    handlers: list[EventHandler] = dataclasses.field(default_factory=list)
+    """Extra informer event handlers (e.g. metrics); the factory may append to it."""
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
@@ -97,6 +104,29 @@ def instrument(api_client: client.ApiClient, registry: CollectorRegistry) -> Non
         return response
 
     rest.request = request  # type: ignore[method-assign]
+
+
+class FanOut:
+    """Delivers each informer event to several handlers, in order."""
+
+    def __init__(self, handlers: Sequence[EventHandler]) -> None:
+        """Fan out to ``handlers``."""
+        self._handlers = list(handlers)
+
+    def on_add(self, obj: Object) -> None:
+        """Forward an add."""
+        for handler in self._handlers:
+            handler.on_add(obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """Forward an update."""
+        for handler in self._handlers:
+            handler.on_update(old, new)
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """Forward a delete."""
+        for handler in self._handlers:
+            handler.on_delete(obj)
 
 
 class _Probes(http.server.ThreadingHTTPServer):
@@ -165,8 +195,9 @@ class Manager:
         self.controller = Controller(
             name, new_reconciler(context), self.registry, workers=cfg.workers
         )
+        handler = FanOut([self.controller, *context.handlers])
         self.informer = Informer(
-            list_watchers, self.controller, store=store, resync_period=cfg.resync_period
+            list_watchers, handler, store=store, resync_period=cfg.resync_period
         )
         self._leader = Gauge(
             "leader_election_master_status",

@@ -13,6 +13,7 @@ from reconcile import decide
 from reconcile.automation import Runner
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
+from status.metrics import MetricsHandler, StackMetrics
 from status.writer import StatusWriter
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
@@ -34,8 +35,16 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
     # their Pulumi.yaml names a virtualenv.
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
     os.environ.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+    metrics = StackMetrics(context.registry)
+    context.handlers.append(MetricsHandler(metrics))
     writer = StatusWriter(
-        context.api_client, context.store, GROUP, VERSION, PLURAL, context.registry
+        context.api_client,
+        context.store,
+        GROUP,
+        VERSION,
+        PLURAL,
+        context.registry,
+        on_written=metrics.record_transitions,
     )
     settings = Settings(
         work_root=work_root,
@@ -49,6 +58,7 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
         context.store,
         Runner(pulumi_command(), pulumi_home),
         writer,
-        EventRecorder(context.api_client, cfg.identity),
+        EventRecorder(context.api_client, cfg.identity, registry=context.registry),
         settings,
+        metrics,
     )

@@ -47,6 +47,7 @@ from reconcile.spec import SpecError, StackSpec, parse_spec
 from status import conditions as cond
 from status.conditions import Reason
 from status.events import NORMAL, WARNING, EventRecorder
+from status.metrics import StackMetrics
 from status.writer import StatusWriter
 
 log = structlog.get_logger(__name__)
@@ -91,10 +92,12 @@ class StackReconciler:
         writer: StatusWriter,
         events: EventRecorder,
         settings: Settings,
+        metrics: StackMetrics,
         *,
         clock: Callable[[], datetime.datetime] = _now,
     ) -> None:
         """Wire the collaborators; nothing runs until ``reconcile``."""
+        self._metrics = metrics
         self._api_client = api_client
         self._objects = client.CustomObjectsApi(api_client)
         self._store = store
@@ -107,7 +110,16 @@ class StackReconciler:
     # -- entry point ------------------------------------------------------------------
 
     def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
-        """Bring one Stack up to date (see the module docstring)."""
+        """Bring one Stack up to date (see the module docstring); timed by result."""
+        started, result = time.monotonic(), "error"
+        try:
+            outcome = self._reconcile(key, stop)
+            result = "requeue_after" if outcome.requeue_after else "success"
+            return outcome
+        finally:
+            self._metrics.observe_reconcile(result, time.monotonic() - started)
+
+    def _reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
         obj = self._writer.current(key)
         if obj is None:
             self._writer.forget(key)
@@ -245,6 +257,12 @@ class StackReconciler:
         outcome: Outcome,
     ) -> Result:
         generation, ended = observed.generation, self._clock()
+        self._metrics.observe_update(
+            outcome.operation,
+            _update_result(outcome),
+            (outcome.ended - outcome.started).total_seconds(),
+            outcome.resource_changes,
+        )
         previous = (observed.status.get("lastUpdate") or {}).get("failures") or 0
         failures = 0 if outcome.succeeded else (1 if decision.fresh else int(previous) + 1)
         if outcome.error is ErrorKind.CONFLICT:
@@ -582,6 +600,12 @@ class StackReconciler:
         outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
         if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
             outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
+        self._metrics.observe_update(
+            "destroy",
+            _update_result(outcome),
+            (outcome.ended - outcome.started).total_seconds(),
+            outcome.resource_changes,
+        )
         if not outcome.succeeded:
             return self._deletion_blocked(
                 key, obj, generation, f"destroy failed: {outcome.message}"
@@ -611,6 +635,16 @@ _STALLING = {
     ErrorKind.STACK_NOT_FOUND: Reason.STACK_NOT_FOUND,
     ErrorKind.PROGRAM_INVALID: Reason.PROGRAM_INVALID,
 }
+
+
+def _update_result(outcome: Outcome) -> str:
+    if outcome.succeeded:
+        return "succeeded"
+    if outcome.error is ErrorKind.INTERRUPTED:
+        return "interrupted"
+    if outcome.error is ErrorKind.CONFLICT:
+        return "conflict"
+    return "failed"
 
 
 def _failure_reason(outcome: Outcome) -> Reason:

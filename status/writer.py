@@ -66,8 +66,14 @@ class StatusWriter:
         version: str,
         plural: str,
         registry: CollectorRegistry,
+        *,
+        on_written: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
     ) -> None:
-        """Write through ``api_client``; read current objects from ``store``."""
+        """Write through ``api_client``; read current objects from ``store``.
+
+        ``on_written(old_status, new_status)`` runs after each successful write (metrics).
+        """
+        self._on_written = on_written
         self._api = client.CustomObjectsApi(api_client)
         self._store = store
         self._gvp = (group, version, plural)
@@ -126,9 +132,17 @@ class StatusWriter:
                 obj = self._fresh(key)
                 continue
             self._patches.labels("written").inc()
+            if self._on_written is not None:
+                self._on_written(old, self._status_of(key))
             return True
         msg = f"status of {key} kept conflicting"
         raise client.ApiException(status=409, reason=msg)
+
+    def _status_of(self, key: ObjectKey) -> Mapping[str, Any]:
+        with self._lock:
+            written = self._written.get(key) or {}
+        status: Mapping[str, Any] = written.get("status") or {}
+        return status
 
     def _patch(self, key: ObjectKey, obj: Mapping[str, Any], patch: dict[str, Any]) -> None:
         group, version, plural = self._gvp

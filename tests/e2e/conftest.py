@@ -11,6 +11,7 @@ Secret whose value is a sentinel that must never show up in status, events, logs
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -109,12 +110,20 @@ class Operator:
             )
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int | None:
-        """Signal the operator and wait for it; returns its exit status."""
+        """Signal the operator and wait for it; returns its exit status.
+
+        SIGKILL takes every descendant with it (the Pulumi CLI and its plugins run in
+        sessions of their own), as a container's death does in Kubernetes.
+        """
         proc, self.proc = self.proc, None
         if proc is None:
             return None
+        family = descendants(proc.pid) if sig == signal.SIGKILL else []
         if proc.poll() is None:
             proc.send_signal(sig)
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         return proc.wait(timeout)
 
     def metrics(self) -> str:
@@ -125,6 +134,19 @@ class Operator:
                 return str(response.read().decode())
         except OSError:
             return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found += [child, *descendants(child)]
+    return found
 
 
 class Stacks:
@@ -302,15 +324,35 @@ def program(git_server: GitServer, tmp_path: Path) -> Program:
 
 @pytest.fixture
 def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path, stacks: Stacks
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+    stacks: Stacks,
+    sentinels: Sentinels,
 ) -> Iterator[Operator]:
-    """The operator process (started), stopped afterwards; its log is printed on failure."""
-    del stacks
+    """The operator process (started), stopped afterwards and its output scanned for secrets.
+
+    Every test using it ends by asserting that no sentinel secret appears in any status,
+    event, log line or metric of its namespace.
+    """
     op = Operator(control_plane, namespace, tmp_path)
     op.start()
     yield op
+    metrics = op.metrics()
     op.stop(signal.SIGKILL)
     print(f"--- operator log ({op.log})\n{op.log.read_text()[-6000:]}")  # noqa: T201
+    assert_no_leaks(stacks, sentinels, op.log.read_text(), metrics)
+
+
+def assert_no_leaks(stacks: Stacks, sentinels: Sentinels, *texts: str) -> None:
+    """No sentinel secret in any Stack's status, any Event of the namespace, or ``texts``."""
+    objects = stacks.api.list_namespaced_custom_object(GROUP, VERSION, stacks.namespace, PLURAL)
+    seen = [json.dumps(item.get("status")) for item in objects["items"]]  # type: ignore[index]
+    seen += [
+        f"{e.reason} {e.message}" for e in stacks.core.list_namespaced_event(stacks.namespace).items
+    ]
+    found = [leak for text in [*seen, *texts] for leak in leaks(text, sentinels)]
+    assert not found, "a secret value leaked into status, events, logs or metrics"
 
 
 def leaks(text: str, sentinels: Sentinels) -> list[str]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,24 +21,16 @@ from tests.e2e.conftest import (
     copy_program,
     find,
     is_ready,
-    leaks,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
-
-
-def scan_for_leaks(stacks: Stacks, operator: Operator, sentinels: Sentinels, *names: str) -> None:
-    """No sentinel appears in any status, event, the operator log or /metrics."""
-    texts = [json.dumps(stacks.get(n).get("status")) for n in names]
-    texts += [f"{e.reason} {e.message}" for n in names for e in stacks.events(n)]
-    texts += [operator.log.read_text(), operator.metrics()]
-    assert not [leak for text in texts for leak in leaks(text, sentinels)]
 
 
 def test_create_change_config_and_follow_the_branch(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
 ) -> None:
     """Create → Ready with outputs; a config change and a new commit are applied."""
+    del operator  # running; its teardown scans for leaked secrets
     stacks.secret("app", {"token": sentinels.secret_config})
     stacks.create(
         stacks.manifest(
@@ -75,7 +65,6 @@ def test_create_change_config_and_follow_the_branch(
     reasons = [e.reason for e in stacks.events("web")]
     assert "UpdateStarted" in reasons
     assert "Succeeded" in reasons
-    scan_for_leaks(stacks, operator, sentinels, "web")
 
 
 def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
@@ -151,12 +140,12 @@ def test_missing_secret_stalls_then_recovers_when_created(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
 ) -> None:
     """A referenced Secret that does not exist stalls the Stack until it is created."""
+    del operator  # running; its teardown scans for leaked secrets
     ref = {"token": {"type": "Secret", "secret": {"name": "late", "key": "token"}}}
     stacks.create(stacks.manifest("waits", program, secretsRef=ref))
     stacks.wait_reason("waits", "Stalled", "SecretNotFound")
     stacks.secret("late", {"token": sentinels.secret_config})
     stacks.wait_ready("waits")
-    scan_for_leaks(stacks, operator, sentinels, "waits")
 
 
 def test_prerequisites_gate_a_dependent_stack(
@@ -233,7 +222,6 @@ def test_operator_killed_mid_update_recovers_the_stale_lock(
     stacks.wait("crash", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
     time.sleep(4)  # the CLI is inside the slow resource now, holding the lock
     operator.stop(signal.SIGKILL)
-    subprocess.run(["pkill", "-9", "-f", f"pulumi.*{stacks.namespace}"], check=False)
     locks = list(stacks.backend.glob(".pulumi/locks/**/*.json"))
     assert locks, "the killed update should have left a lock"
     operator.start()

@@ -1,0 +1,105 @@
+"""StackMetrics mirrors API state, counts transitions in lockstep, and forgets deleted Stacks."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from controller.cache import ObjectKey
+from status import conditions as c
+from status.conditions import Reason
+from status.metrics import MetricsHandler, StackMetrics
+
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=1)
+
+
+def stack(status: dict[str, Any], *, suspend: bool = False) -> dict[str, Any]:
+    """A Stack object with ``status``."""
+    return {
+        "metadata": {"namespace": "ns", "name": "s"},
+        "spec": {"suspend": suspend},
+        "status": status,
+    }
+
+
+def condition(registry: CollectorRegistry, type_: str, status: str) -> float | None:
+    """pulumi_stack_condition for ns/s."""
+    labels = {"namespace": "ns", "name": "s", "type": type_, "status": status}
+    return registry.get_sample_value("pulumi_stack_condition", labels)
+
+
+def transitions(registry: CollectorRegistry, type_: str, status: str, reason: str) -> float | None:
+    """pulumi_stack_condition_transitions_total for one label set."""
+    labels = {"type": type_, "status": status, "reason": reason}
+    return registry.get_sample_value("pulumi_stack_condition_transitions_total", labels)
+
+
+def test_condition_gauge_has_exactly_one_current_status_per_type() -> None:
+    """Ready Unknown + Reconciling True + absent Stalled read as one 1 per type."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    metrics.observe(stack(c.progressing({}, 1, "go", T0)))
+    assert [condition(registry, "Ready", s) for s in ("True", "False", "Unknown")] == [0, 0, 1]
+    assert condition(registry, "Reconciling", "True") == 1
+    assert condition(registry, "Stalled", "False") == 1
+
+
+def test_transitions_count_status_flips_only() -> None:
+    """A reason or message change is not a transition; a status flip is, once."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    first = c.retrying({}, 1, Reason.UPDATE_FAILED, "a", "retry 1", T0)
+    metrics.record_transitions({}, first)
+    second = c.retrying(first, 1, Reason.UPDATE_FAILED, "b", "retry 2", T1)
+    metrics.record_transitions(first, second)
+    assert transitions(registry, "Ready", "False", "UpdateFailed") == 1
+    third = c.succeeded(second, 1, "ok", T1)
+    metrics.record_transitions(second, third)
+    assert transitions(registry, "Ready", "True", "Succeeded") == 1
+    assert transitions(registry, "Reconciling", "True", "ProgressingWithRetry") == 1
+
+
+def test_transition_series_exist_at_zero_from_the_start() -> None:
+    """rate() works from the first scrape: documented label sets are pre-created."""
+    registry = CollectorRegistry()
+    StackMetrics(registry)
+    assert transitions(registry, "Stalled", "True", "InvalidSpec") == 0
+    text = generate_latest(registry).decode()
+    for name in (
+        "pulumi_stack_condition ",
+        "pulumi_stack_reconcile_duration_seconds",
+        "pulumi_stack_update_duration_seconds",
+        "pulumi_stack_resource_changes_total",
+        "pulumi_stack_last_successful_update_timestamp_seconds",
+        "pulumi_stack_suspended",
+    ):
+        assert f"# HELP {name.strip()}" in text
+
+
+def test_deleting_a_stack_removes_its_series() -> None:
+    """After on_delete no per-Stack series remain (not even zeros)."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    handler = MetricsHandler(metrics)
+    obj = stack(c.succeeded({}, 1, "ok", T0), suspend=True)
+    handler.on_add(obj)
+    assert (
+        registry.get_sample_value("pulumi_stack_suspended", {"namespace": "ns", "name": "s"}) == 1
+    )
+    handler.on_delete(obj)
+    assert 'name="s"' not in generate_latest(registry).decode()
+    metrics.forget(ObjectKey("ns", "s"))  # twice is fine
+
+
+def test_updates_record_duration_and_resource_changes() -> None:
+    """observe_update feeds the histogram and the change counter."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    metrics.observe_update("up", "succeeded", 3.0, {"create": 2, "same": 0})
+    labels = {"operation": "up", "result": "succeeded"}
+    assert registry.get_sample_value("pulumi_stack_update_duration_seconds_count", labels) == 1
+    changes = {"operation": "up", "change": "create"}
+    assert registry.get_sample_value("pulumi_stack_resource_changes_total", changes) == 2
