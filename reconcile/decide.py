@@ -32,13 +32,54 @@ RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
 FRESH_REASONS = frozenset({NEW_GENERATION, REQUESTED, NEW_COMMIT})
 
 
+OURS = "pulumi.com/reconciliation-request"
+FLUX = "reconcile.fluxcd.io/requestedAt"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requests:
+    """The two reconcile-request annotations; each is handled through its own status field.
+
+    ``pulumi.com/reconciliation-request`` ↔ ``status.observedReconcileRequest`` (the Pulumi
+    operator's handshake); ``reconcile.fluxcd.io/requestedAt`` ↔
+    ``status.lastHandledReconcileAt`` (Flux's, which ``flux reconcile`` waits on).
+    """
+
+    ours: str | None = None
+    flux: str | None = None
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Requests:
+        """Read both annotations of an object."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        return cls(annotations.get(OURS) or None, annotations.get(FLUX) or None)
+
+    def pending(self, status: Mapping[str, Any]) -> bool:
+        """True when either annotation holds a value its status field does not."""
+        ours = self.ours is not None and self.ours != status.get("observedReconcileRequest")
+        flux = self.flux is not None and self.flux != status.get("lastHandledReconcileAt")
+        return ours or flux
+
+    def mark_handled(self, status: dict[str, Any]) -> None:
+        """Record both values as handled (call with the final conditions, in one write)."""
+        if self.ours is not None:
+            status["observedReconcileRequest"] = self.ours
+        if self.flux is not None:
+            status["lastHandledReconcileAt"] = self.flux
+
+    @property
+    def label(self) -> str | None:
+        """A short description for lastUpdate/currentUpdate."""
+        return self.ours or self.flux
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Observed:
     """What the reconciler saw this pass."""
 
     generation: int
     status: Mapping[str, Any]
-    request: str | None  # value of the reconcile-request annotation, if any
+    requests: Requests
     commit: str  # the commit the source resolves to now
     now: datetime.datetime
 
@@ -88,12 +129,6 @@ def backoff(failures: int, spec: StackSpec, policy: Policy) -> float:
     )
 
 
-def handled_request(status: Mapping[str, Any]) -> str | None:
-    """The reconcile request last handled, from either handshake field."""
-    value = status.get("observedReconcileRequest") or status.get("lastHandledReconcileAt")
-    return str(value) if value else None
-
-
 def decide(spec: StackSpec, observed: Observed, policy: Policy) -> Decision:
     """Apply the rules of the module docstring."""
     status, last = observed.status, observed.status.get("lastUpdate") or {}
@@ -101,7 +136,7 @@ def decide(spec: StackSpec, observed: Observed, policy: Policy) -> Decision:
         return Decision(RESUME)
     if last.get("generation") != observed.generation:
         return Decision(NEW_GENERATION)
-    if observed.request and observed.request != handled_request(status):
+    if observed.requests.pending(status):
         return Decision(REQUESTED)
     if last.get("lastAttemptedCommit") != observed.commit:
         return Decision(NEW_COMMIT)

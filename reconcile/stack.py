@@ -54,7 +54,6 @@ log = structlog.get_logger(__name__)
 
 GROUP, VERSION, PLURAL, KIND = "pulumi.com", "v1", "stacks", "Stack"
 FINALIZER = "finalizer.stack.pulumi.com"
-REQUEST_ANNOTATIONS = ("pulumi.com/reconciliation-request", "reconcile.fluxcd.io/requestedAt")
 HISTORY_LIMIT = 10
 PROGRESS_INTERVAL = 5.0
 
@@ -71,14 +70,6 @@ class Settings:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def _request(obj: Mapping[str, Any]) -> str | None:
-    annotations = obj["metadata"].get("annotations") or {}
-    for name in REQUEST_ANNOTATIONS:
-        if annotations.get(name):
-            return str(annotations[name])
-    return None
 
 
 class StackReconciler:
@@ -127,8 +118,9 @@ class StackReconciler:
         if obj["metadata"].get("deletionTimestamp"):
             return self._finalize(key, obj, stop)
         if FINALIZER not in (obj["metadata"].get("finalizers") or ()):
+            # Go on in the same pass, so the first status (G1) follows at once; the writer
+            # re-reads the object when our finalizer patch made its copy stale.
             self._add_finalizer(key, obj)
-            return Result()  # the update event brings the Stack back with its finalizer
         generation = int(obj["metadata"].get("generation") or 0)
         try:
             spec = parse_spec(obj.get("spec") or {}, key.namespace)
@@ -136,7 +128,13 @@ class StackReconciler:
             self._stall(key, obj, generation, Reason.INVALID_SPEC, str(err))
             return Result()
         if spec.suspend:
-            self._writer.update(key, lambda s: cond.with_generation(s, generation))
+            message = "Suspended: no Pulumi runs while spec.suspend is true"
+            self._writer.update(
+                key,
+                lambda s: cond.waiting(
+                    s, generation, Reason.SUSPENDED, message, self._clock(), ready="Unknown"
+                ),
+            )
             return Result()
         return self._sync(key, obj, spec, generation, stop)
 
@@ -164,7 +162,8 @@ class StackReconciler:
         except SourceError as err:
             return self._source_failed(key, obj, generation, err)
         status = obj.get("status") or {}
-        observed = decisions.Observed(generation, status, _request(obj), commit, self._clock())
+        requests = decisions.Requests.of(obj)
+        observed = decisions.Observed(generation, status, requests, commit, self._clock())
         decision = decisions.decide(spec, observed, self._settings.policy)
         if decision.exhausted:
             self._exhausted(key, obj, generation, status)
@@ -195,8 +194,7 @@ class StackReconciler:
             )
             return Result(requeue_after=self._settings.wait_poll)
         except SourceError as err:
-            self._clear_current(key)
-            return self._source_failed(key, obj, observed.generation, err)
+            return self._source_failed(key, obj, observed.generation, err, running=True)
         progress = _ProgressReporter(self, key, observed.generation, operation)
         outcome = self._runner.run(request, on_progress=progress, stop=stop)
         if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
@@ -277,9 +275,7 @@ class StackReconciler:
             new["history"] = _history(status, outcome, observed)
             if outcome.succeeded and outcome.operation == "up":
                 new["outputs"] = dict(outcome.outputs)
-            if observed.request:
-                new["observedReconcileRequest"] = observed.request
-                new["lastHandledReconcileAt"] = observed.request
+            observed.requests.mark_handled(new)
             return self._conditions_for(new, spec, generation, outcome, failures, ended)
 
         before = cond.get_condition(observed.status, cond.READY)
@@ -358,8 +354,8 @@ class StackReconciler:
             last["lastSuccessfulCommit"] = successful
         if outcome.permalink:
             last["permalink"] = outcome.permalink
-        if observed.request:
-            last["reconcileRequest"] = observed.request
+        if observed.requests.label:
+            last["reconcileRequest"] = observed.requests.label
         if outcome.error is ErrorKind.INTERRUPTED:
             last["interrupted"] = True
         del spec
@@ -385,8 +381,8 @@ class StackReconciler:
             "type": operation,
             "startTime": cond.now_rfc3339(started),
         }
-        if observed.request:
-            current["reconcileRequest"] = observed.request
+        if observed.requests.label:
+            current["reconcileRequest"] = observed.requests.label
 
         def apply(status: Mapping[str, Any]) -> dict[str, Any]:
             new = cond.progressing(status, observed.generation, message, started)
@@ -395,15 +391,6 @@ class StackReconciler:
 
         self._writer.update(key, apply)
         self._events.post(obj, NORMAL, "UpdateStarted", message)
-
-    def _clear_current(self, key: ObjectKey) -> None:
-        def apply(status: Mapping[str, Any]) -> dict[str, Any]:
-            new = dict(status)
-            new.pop("currentUpdate", None)
-            new.pop("progress", None)
-            return new
-
-        self._writer.update(key, apply)
 
     def _stall(  # noqa: PLR0913 - the stall's facts
         self,
@@ -417,8 +404,11 @@ class StackReconciler:
     ) -> None:
         before = cond.get_condition(obj.get("status") or {}, cond.STALLED)
 
+        requests = decisions.Requests.of(obj)
+
         def apply(status: Mapping[str, Any]) -> dict[str, Any]:
             new = cond.stalled(status, generation, reason, message, self._clock())
+            requests.mark_handled(new)  # a final state: the request is handled (G17)
             if clear:
                 new.pop("currentUpdate", None)
                 new.pop("progress", None)
@@ -450,9 +440,33 @@ class StackReconciler:
             self._stall(key, obj, generation, Reason.RETRIES_EXHAUSTED, message)
 
     def _source_failed(
-        self, key: ObjectKey, obj: Mapping[str, Any], generation: int, err: SourceError
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        generation: int,
+        err: SourceError,
+        *,
+        running: bool = False,
     ) -> Result:
+        """Report a source failure; ``running``: a run was announced and must be concluded."""
         if err.transient:
+            if running:  # never leave "Running pulumi up" behind (G15)
+                retry = "The source is unreachable; retrying with backoff"
+
+                def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+                    new = cond.retrying(
+                        status,
+                        generation,
+                        Reason.SOURCE_UNAVAILABLE,
+                        str(err),
+                        retry,
+                        self._clock(),
+                    )
+                    new.pop("currentUpdate", None)
+                    new.pop("progress", None)
+                    return new
+
+                self._writer.update(key, apply)
             msg = f"source unavailable: {err}"
             raise TransientError(msg) from err
         reason = (
@@ -460,7 +474,7 @@ class StackReconciler:
             if err.reason == "AuthenticationFailed"
             else Reason.SOURCE_UNAVAILABLE
         )
-        self._stall(key, obj, generation, reason, str(err))
+        self._stall(key, obj, generation, reason, str(err), clear=running)
         return Result(requeue_after=self._settings.wait_poll)
 
     def _post_outcome(
@@ -592,7 +606,7 @@ class StackReconciler:
             credentials = self._credentials(spec, secrets)
             commit = self._resolve_commit(spec, credentials)
             observed = decisions.Observed(
-                generation, obj.get("status") or {}, None, commit, self._clock()
+                generation, obj.get("status") or {}, decisions.Requests(), commit, self._clock()
             )
             request = self._request(key, spec, observed, secrets, credentials)
         except (MissingSecretError, SourceError) as err:

@@ -210,12 +210,3 @@ def deleting(  # noqa: PLR0913 - each argument is a separate fact
     The same shape as ``waiting``: kstatus reads it as Terminating (deletionTimestamp).
     """
     return waiting(status, generation, reason, message, now, ready=ready)
-
-
-def with_generation(status: Mapping[str, Any], generation: int) -> Status:
-    """Keep every condition as it is, but report on ``generation`` (used while suspended)."""
-    new = _start(status, generation)
-    new["conditions"] = _ordered(
-        [{**c, "observedGeneration": generation} for c in new.get("conditions") or ()]
-    )
-    return new

@@ -30,6 +30,7 @@ from kubernetes import client
 
 from hack.test_assets import find_pulumi
 from tests.conftest import PROGRAMS
+from tests.status.invariants import StackWatcher
 from tests.testbed.control_plane import ControlPlane
 from tests.testbed.git_server import Checkout, GitServer
 from tests.testbed.process import free_port
@@ -306,14 +307,20 @@ def stacks(
     tmp_path: Path,
     sentinels: Sentinels,
 ) -> Iterator[Stacks]:
-    """Stack helpers in the test namespace, with the passphrase Secret in place."""
+    """Stack helpers in the test namespace, with the passphrase Secret in place.
+
+    A StackWatcher sees every version of every Stack in the namespace; at the end (after
+    the operator has stopped) the test fails on any violation of the status rules.
+    """
     del stack_crd
     backend = tmp_path / "state" / "backend"
     backend.mkdir(parents=True)
-    with control_plane.api_client() as api:
+    with control_plane.api_client() as api, StackWatcher(api, namespace) as watcher:
         helper = Stacks(api, namespace, backend)
         helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
         yield helper
+        # Every status the operator wrote, intermediate and final, keeps the rules G1-G18.
+        watcher.assert_clean()
 
 
 @pytest.fixture

@@ -182,11 +182,7 @@ def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator
     stacks.patch(
         "paused", {"spec": {"suspend": True, "config": {"path": target, "content": "new"}}}
     )
-    stacks.wait(
-        "paused",
-        lambda o: o["status"]["observedGeneration"] == o["metadata"]["generation"],
-        "suspension observed",
-    )
+    stacks.wait_reason("paused", "Reconciling", "Suspended")
     time.sleep(4)
     assert stacks.target("paused").read_text() == "one"
     stacks.patch("paused", {"spec": {"suspend": False}})

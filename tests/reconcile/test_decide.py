@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.decide import Observed, Policy, backoff, decide
+from reconcile.decide import Observed, Policy, Requests, backoff, decide
 from reconcile.spec import StackSpec, parse_spec
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -37,8 +37,8 @@ def last(**fields: Any) -> dict[str, Any]:
 
 
 def observe(status: dict[str, Any], *, commit: str = "c1", request: str | None = None) -> Observed:
-    """Observed state at generation 2."""
-    return Observed(generation=2, status=status, request=request, commit=commit, now=NOW)
+    """Observed state at generation 2 (``request``: our reconcile-request annotation)."""
+    return Observed(generation=2, status=status, requests=Requests(request), commit=commit, now=NOW)
 
 
 @pytest.mark.parametrize(
@@ -123,3 +123,14 @@ def test_continue_resync_runs_again_after_the_period() -> None:
 def test_backoff_doubles_up_to_the_stacks_cap(failures: int, cap: int, expected: float) -> None:
     """10 s doubling per failure, capped by retryMaxBackoffDurationSeconds."""
     assert backoff(failures, spec(retryMaxBackoffDurationSeconds=cap), POLICY) == expected
+
+
+def test_each_request_annotation_has_its_own_handshake_field() -> None:
+    """A new Flux requestedAt is pending even when our annotation was handled, and vice versa."""
+    status = {"observedReconcileRequest": "a", "lastHandledReconcileAt": "t1"}
+    assert not Requests("a", "t1").pending(status)
+    assert Requests("a", "t2").pending(status)
+    assert Requests("b", "t1").pending(status)
+    marked: dict[str, Any] = {}
+    Requests("b", "t2").mark_handled(marked)
+    assert marked == {"observedReconcileRequest": "b", "lastHandledReconcileAt": "t2"}

@@ -102,12 +102,3 @@ def test_every_reason_matches_the_api_pattern(reason: Reason) -> None:
 
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", reason.value)
     assert len(reason.value) <= 128
-
-
-def test_with_generation_keeps_conditions_but_reports_the_new_generation() -> None:
-    """Suspend: conditions unchanged, observedGeneration moved on every one."""
-    before = c.succeeded({}, 1, "ok", T0)
-    after = c.with_generation(before, 2)
-    assert types(after) == types(before)
-    assert after["observedGeneration"] == 2
-    assert all(x["observedGeneration"] == 2 for x in after["conditions"])
