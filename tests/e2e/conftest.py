@@ -321,6 +321,22 @@ def stacks(
         yield helper
         # Every status the operator wrote, intermediate and final, keeps the rules G1-G18.
         watcher.assert_clean()
+        assert_warnings_match_conditions(helper, watcher)
+
+
+def assert_warnings_match_conditions(stacks: Stacks, watcher: StackWatcher) -> None:
+    """G19: every Warning Event's reason is a Ready or Stalled reason its Stack showed."""
+    for event in stacks.core.list_namespaced_event(stacks.namespace).items:
+        if event.type != "Warning" or event.involved_object.kind != "Stack":
+            continue
+        name = str(event.involved_object.name)
+        shown = {
+            condition["reason"]
+            for seen in watcher.observations(name)
+            for condition in (seen.obj.get("status") or {}).get("conditions", [])
+            if condition["type"] in ("Ready", "Stalled")
+        }
+        assert event.reason in shown, f"Warning {event.reason} on {name}; conditions showed {shown}"
 
 
 @pytest.fixture
