@@ -265,7 +265,7 @@ class StackReconciler:
         failures = 0 if outcome.succeeded else (1 if decision.fresh else int(previous) + 1)
         if outcome.error is ErrorKind.CONFLICT:
             failures = 0 if decision.fresh else int(previous)
-        last = self._last_update(spec, observed, outcome, failures, ended)
+        last = self._last_update(observed, outcome, failures, ended)
 
         def apply(status: Mapping[str, Any]) -> dict[str, Any]:
             new = dict(status)
@@ -332,7 +332,6 @@ class StackReconciler:
 
     def _last_update(
         self,
-        spec: StackSpec,
         observed: decisions.Observed,
         outcome: Outcome,
         failures: int,
@@ -358,7 +357,6 @@ class StackReconciler:
             last["reconcileRequest"] = observed.requests.label
         if outcome.error is ErrorKind.INTERRUPTED:
             last["interrupted"] = True
-        del spec
         return last
 
     # -- status helpers ---------------------------------------------------------------
