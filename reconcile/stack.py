@@ -196,11 +196,28 @@ class StackReconciler:
         except SourceError as err:
             return self._source_failed(key, obj, observed.generation, err, running=True)
         progress = _ProgressReporter(self, key, observed.generation, operation)
-        outcome = self._runner.run(request, on_progress=progress, stop=stop)
+        outcome = self._operate(self._runner.run, request, progress, stop)
+        return self._report_outcome(key, obj, spec, observed, decision, outcome)
+
+    def _operate(
+        self,
+        operation: Callable[..., Outcome],
+        request: UpdateRequest,
+        on_progress: Callable[[Progress], None],
+        stop: threading.Event,
+    ) -> Outcome:
+        """Run ``operation``; once more after clearing a stale lock of ours; record metrics."""
+        outcome = operation(request, on_progress=on_progress, stop=stop)
         if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
             log.warning("Cleared a stale lock left by a dead update of this operator")
-            outcome = self._runner.run(request, on_progress=progress, stop=stop)
-        return self._report_outcome(key, obj, spec, observed, decision, outcome)
+            outcome = operation(request, on_progress=on_progress, stop=stop)
+        self._metrics.observe_update(
+            outcome.operation,
+            _update_result(outcome),
+            (outcome.ended - outcome.started).total_seconds(),
+            outcome.resource_changes,
+        )
+        return outcome
 
     def _request(
         self,
@@ -255,12 +272,6 @@ class StackReconciler:
         outcome: Outcome,
     ) -> Result:
         generation, ended = observed.generation, self._clock()
-        self._metrics.observe_update(
-            outcome.operation,
-            _update_result(outcome),
-            (outcome.ended - outcome.started).total_seconds(),
-            outcome.resource_changes,
-        )
         previous = (observed.status.get("lastUpdate") or {}).get("failures") or 0
         failures = 0 if outcome.succeeded else (1 if decision.fresh else int(previous) + 1)
         if outcome.error is ErrorKind.CONFLICT:
@@ -609,15 +620,7 @@ class StackReconciler:
             request = self._request(key, spec, observed, secrets, credentials)
         except (MissingSecretError, SourceError) as err:
             return self._deletion_blocked(key, obj, generation, f"cannot prepare destroy: {err}")
-        outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
-        if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
-            outcome = self._runner.destroy(request, on_progress=lambda _p: None, stop=stop)
-        self._metrics.observe_update(
-            "destroy",
-            _update_result(outcome),
-            (outcome.ended - outcome.started).total_seconds(),
-            outcome.resource_changes,
-        )
+        outcome = self._operate(self._runner.destroy, request, lambda _p: None, stop)
         if not outcome.succeeded:
             return self._deletion_blocked(
                 key, obj, generation, f"destroy failed: {outcome.message}"

@@ -143,6 +143,13 @@ def lease_holder(control_plane: ControlPlane, namespace: str) -> str | None:
 pytestmark = pytest.mark.integration
 
 
+def start_ready(operators: list[Operator], operator: Operator) -> Operator:
+    """Track ``operator`` for cleanup and wait until it reports ready."""
+    operators.append(operator)
+    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    return operator
+
+
 def test_probes_metrics_and_reconcile(
     control_plane: ControlPlane,
     operators: list[Operator],
@@ -151,9 +158,7 @@ def test_probes_metrics_and_reconcile(
     tmp_path: Path,
 ) -> None:
     """A single operator syncs, answers its probes, reconciles, and exports metrics."""
-    operator = Operator(control_plane, namespace, tmp_path / "op.log")
-    operators.append(operator)
-    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    operator = start_ready(operators, Operator(control_plane, namespace, tmp_path / "op.log"))
     assert operator.get("/healthz")[0] == 200
     create_widget(widgets, namespace, "w1")
     wait_for(lambda: annotation(widgets, namespace, "w1", "reconciled-by"), what="reconcile")
@@ -211,9 +216,7 @@ def test_sigterm_lets_a_running_reconcile_finish_then_exits_0(
     tmp_path: Path,
 ) -> None:
     """SIGTERM during a 3 s reconcile: it completes, then the process exits 0."""
-    operator = Operator(control_plane, namespace, tmp_path / "op.log")
-    operators.append(operator)
-    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    operator = start_ready(operators, Operator(control_plane, namespace, tmp_path / "op.log"))
     create_widget(widgets, namespace, "slow", sleep=3)
     wait_for(lambda: annotation(widgets, namespace, "slow", "started-by"), what="start")
     assert operator.stop(timeout=60) == 0
@@ -229,9 +232,9 @@ def test_sigterm_interrupts_a_reconcile_that_outlives_the_shutdown_timeout(
     tmp_path: Path,
 ) -> None:
     """With --shutdown-timeout=1, a 300 s reconcile is interrupted and the exit is still 0."""
-    operator = Operator(control_plane, namespace, tmp_path / "op.log", "--shutdown-timeout=1")
-    operators.append(operator)
-    wait_for(lambda: operator.get("/readyz")[0] == 200, what="/readyz")
+    operator = start_ready(
+        operators, Operator(control_plane, namespace, tmp_path / "op.log", "--shutdown-timeout=1")
+    )
     create_widget(widgets, namespace, "endless", sleep=300)
     wait_for(lambda: annotation(widgets, namespace, "endless", "started-by"), what="start")
     started = time.monotonic()
