@@ -273,6 +273,22 @@ class Stacks:
         ).items
         return sorted(events, key=lambda e: e.first_timestamp or e.event_time)
 
+    def wait_events(self, name: str, *reasons: str, timeout: float = 30) -> list[Any]:
+        """Poll until Events with every one of ``reasons`` exist for a Stack; return them all.
+
+        The recorder posts asynchronously, so an Event may land just after the status
+        that caused it: tests read Events through this, never right after a status wait.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.events(name)
+            missing = set(reasons) - {e.reason for e in events}
+            if not missing:
+                return events
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {sorted(missing)} Event for {name}: {[e.reason for e in events]}")
+            time.sleep(0.25)
+
 
 def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     """A condition of ``obj``."""

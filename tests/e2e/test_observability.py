@@ -63,6 +63,7 @@ def test_kubectl_wait_get_and_describe(
         "MESSAGE",
     ):
         assert column in wide
+    stacks.wait_events("shown", "UpdateStarted", "Succeeded")
     described = control_plane.kubectl("describe", "stack", ns, "shown").stdout
     events = described[described.index("Events:") :]
     assert events.index("UpdateStarted") < events.index("Succeeded")

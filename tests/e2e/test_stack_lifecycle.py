@@ -62,9 +62,7 @@ def test_create_change_config_and_follow_the_branch(
         lambda o: is_ready(o) and o["status"]["lastUpdate"]["lastSuccessfulCommit"] == pushed,
         "new commit picked up",
     )
-    reasons = [e.reason for e in stacks.events("web")]
-    assert "UpdateStarted" in reasons
-    assert "Succeeded" in reasons
+    stacks.wait_events("web", "UpdateStarted", "Succeeded")
 
 
 def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
@@ -133,7 +131,8 @@ def test_invalid_spec_stalls_without_crashing(
     assert "Env" in find(obj, "Stalled")["message"]  # type: ignore[index]
     assert operator.proc is not None
     assert operator.proc.poll() is None
-    assert [e.type for e in stacks.events("bad") if e.reason == "InvalidSpec"] == ["Warning"]
+    events = stacks.wait_events("bad", "InvalidSpec")
+    assert [e.type for e in events if e.reason == "InvalidSpec"] == ["Warning"]
 
 
 def test_missing_secret_stalls_then_recovers_when_created(
@@ -206,7 +205,7 @@ def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
         assert time.monotonic() < deadline, stacks.get("doomed").get("status")
         time.sleep(0.5)
     assert not stacks.target("doomed").exists()
-    assert "Destroyed" in [e.reason for e in stacks.events("doomed")]
+    stacks.wait_events("doomed", "Destroyed")
 
 
 def test_operator_killed_mid_update_recovers_the_stale_lock(
