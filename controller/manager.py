@@ -42,6 +42,7 @@ from controller.workers import Controller
 log = structlog.get_logger(__name__)
 
 CACHE_SYNC_TIMEOUT = 300.0
+CLOSE_TIMEOUT = 5.0  # seconds each closer may take at shutdown (flushing Events)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,8 @@ class ManagerContext:
     stop: threading.Event
     handlers: list[EventHandler] = dataclasses.field(default_factory=list)
     """Extra informer event handlers (e.g. metrics); the factory may append to it."""
+    closers: list[Callable[[float], object]] = dataclasses.field(default_factory=list)
+    """Called with a timeout in seconds once the workers have drained (flush, stop threads)."""
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
@@ -192,6 +195,7 @@ class Manager:
         ]
         store = Store()
         context = ManagerContext(self.api_client, store, cfg, self.registry, self._reconcile_stop)
+        self._closers = context.closers
         self.controller = Controller(
             name, new_reconciler(context), self.registry, workers=cfg.workers
         )
@@ -299,6 +303,8 @@ class Manager:
         else:
             self.controller.queue.shut_down()
         self._reconcile_stop.set()
+        for close in self._closers:
+            close(CLOSE_TIMEOUT)
         if self._elector is not None:  # release the Lease only now that no work runs
             self._election_stop.set()
             self._threads[0].join(10)

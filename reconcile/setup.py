@@ -46,6 +46,8 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
         context.registry,
         on_written=metrics.record_transitions,
     )
+    recorder = EventRecorder(context.api_client, cfg.identity, registry=context.registry)
+    context.closers.extend((writer.close, recorder.close))
     settings = Settings(
         work_root=work_root,
         default_backend=cfg.default_backend,
@@ -58,7 +60,7 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
         context.store,
         Runner(pulumi_command(), pulumi_home),
         writer,
-        EventRecorder(context.api_client, cfg.identity, registry=context.registry),
+        recorder,
         settings,
         metrics,
     )

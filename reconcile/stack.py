@@ -55,7 +55,32 @@ log = structlog.get_logger(__name__)
 GROUP, VERSION, PLURAL, KIND = "pulumi.com", "v1", "stacks", "Stack"
 FINALIZER = "finalizer.stack.pulumi.com"
 HISTORY_LIMIT = 10
-PROGRESS_INTERVAL = 5.0
+UPDATE_STARTED, DESTROYED = "UpdateStarted", "Destroyed"  # Event reasons, not condition ones
+EVENTS: Mapping[str, str] = {
+    UPDATE_STARTED: NORMAL,
+    Reason.SUCCEEDED: NORMAL,
+    DESTROYED: NORMAL,
+    Reason.UPDATE_CONFLICT: NORMAL,
+    Reason.DEPENDENCY_NOT_READY: NORMAL,
+    **dict.fromkeys(
+        (
+            Reason.UPDATE_FAILED,
+            Reason.PREVIEW_FAILED,
+            Reason.REFRESH_DRIFT,
+            Reason.INTERRUPTED,
+            Reason.INVALID_SPEC,
+            Reason.SECRET_NOT_FOUND,
+            Reason.SOURCE_UNAVAILABLE,
+            Reason.AUTHENTICATION_FAILED,
+            Reason.PROGRAM_INVALID,
+            Reason.STACK_NOT_FOUND,
+            Reason.RETRIES_EXHAUSTED,
+            Reason.DELETION_BLOCKED,
+        ),
+        WARNING,
+    ),
+}
+"""Every Event reason the reconciler posts, with its type: Warning exactly for failures."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +220,11 @@ class StackReconciler:
             return Result(requeue_after=self._settings.wait_poll)
         except SourceError as err:
             return self._source_failed(key, obj, observed.generation, err, running=True)
-        progress = _ProgressReporter(self, key, observed.generation, operation)
-        outcome = self._operate(self._runner.run, request, progress, stop)
+        progress = _ProgressReporter(self._writer, key, observed.generation, operation)
+        try:
+            outcome = self._operate(self._runner.run, request, progress, stop)
+        finally:
+            progress.close()
         return self._report_outcome(key, obj, spec, observed, decision, outcome)
 
     def _operate(
@@ -399,7 +427,7 @@ class StackReconciler:
             return new
 
         self._writer.update(key, apply)
-        self._events.post(obj, NORMAL, "UpdateStarted", message)
+        self._event(obj, UPDATE_STARTED, message)
 
     def _stall(  # noqa: PLR0913 - the stall's facts
         self,
@@ -424,7 +452,7 @@ class StackReconciler:
             return new
 
         if self._writer.update(key, apply) and (before is None or before.get("reason") != reason):
-            self._events.post(obj, WARNING, str(reason), message)
+            self._event(obj, reason, message)
 
     def _wait(
         self, key: ObjectKey, obj: Mapping[str, Any], generation: int, reason: Reason, message: str
@@ -434,7 +462,7 @@ class StackReconciler:
             key, lambda s: cond.waiting(s, generation, reason, message, self._clock())
         )
         if before is None or before.get("reason") != reason:
-            self._events.post(obj, NORMAL, str(reason), message)
+            self._event(obj, reason, message)
 
     def _exhausted(
         self, key: ObjectKey, obj: Mapping[str, Any], generation: int, status: Mapping[str, Any]
@@ -494,21 +522,23 @@ class StackReconciler:
         failures: int,
     ) -> None:
         if outcome.succeeded:
-            self._events.post(obj, NORMAL, str(Reason.SUCCEEDED), _summary(outcome))
+            self._event(obj, Reason.SUCCEEDED, _summary(outcome))
             return
         if outcome.error is ErrorKind.CONFLICT:
             if before is None or before.get("reason") != Reason.UPDATE_CONFLICT:
-                self._events.post(obj, NORMAL, str(Reason.UPDATE_CONFLICT), outcome.message)
+                self._event(obj, Reason.UPDATE_CONFLICT, outcome.message)
             return
         if outcome.error is ErrorKind.INTERRUPTED:
-            self._events.post(
-                obj, WARNING, str(Reason.INTERRUPTED), "Update interrupted by shutdown"
-            )
+            self._event(obj, Reason.INTERRUPTED, "Update interrupted by shutdown")
             return
         reason = _STALLING.get(outcome.error) or _failure_reason(outcome)
         if failures >= self._settings.policy.max_update_failures:
             reason = Reason.RETRIES_EXHAUSTED
-        self._events.post(obj, WARNING, str(reason), outcome.message)
+        self._event(obj, reason, outcome.message)
+
+    def _event(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        """Post an Event; its type follows from the reason (``EVENTS``)."""
+        self._events.post(obj, EVENTS[reason], str(reason), message)
 
     # -- sources, secrets, prerequisites ----------------------------------------------
 
@@ -625,7 +655,7 @@ class StackReconciler:
             return self._deletion_blocked(
                 key, obj, generation, f"destroy failed: {outcome.message}"
             )
-        self._events.post(obj, NORMAL, "Destroyed", _summary(outcome))
+        self._event(obj, DESTROYED, _summary(outcome))
         return None
 
     def _deletion_blocked(
@@ -642,7 +672,7 @@ class StackReconciler:
                 s, generation, Reason.DELETION_BLOCKED, message, self._clock(), ready="False"
             ),
         )
-        self._events.post(obj, WARNING, str(Reason.DELETION_BLOCKED), message)
+        self._event(obj, Reason.DELETION_BLOCKED, message)
         raise TransientError(why)
 
 
@@ -696,24 +726,23 @@ def _history(
 
 
 class _ProgressReporter:
-    """Turns engine progress into at most one status write per PROGRESS_INTERVAL."""
+    """Publishes engine progress to the status writer, which coalesces it per Stack.
+
+    Every engine event becomes an intent; the writer keeps only the newest and writes it
+    at most once per its ``min_interval``. After ``close`` (the run is over and its
+    conclusion is about to be written) events are ignored.
+    """
 
     def __init__(
-        self, owner: StackReconciler, key: ObjectKey, generation: int, operation: str
+        self, writer: StatusWriter, key: ObjectKey, generation: int, operation: str
     ) -> None:
-        self._owner, self._key, self._generation, self._operation = (
-            owner,
-            key,
-            generation,
-            operation,
-        )
-        self._last = 0.0
+        self._writer, self._key = writer, key
+        self._generation, self._operation = generation, operation
+        self._closed = False
 
     def __call__(self, progress: Progress) -> None:
-        now = time.monotonic()
-        if now - self._last < PROGRESS_INTERVAL:
+        if self._closed:
             return
-        self._last = now
         message = (
             f"Running pulumi {self._operation}: {progress.step}, "
             f"{progress.resources_done}/{progress.resources_total} resources done"
@@ -734,7 +763,9 @@ class _ProgressReporter:
             new["progress"] = fields
             return new
 
-        try:
-            self._owner._writer.update(self._key, apply)  # noqa: SLF001 - the owner's writer
-        except client.ApiException as err:  # progress is best effort
-            log.warning("Writing progress failed", error=str(err))
+        self._writer.publish(self._key, apply)
+
+    def close(self) -> None:
+        """Ignore further events and drop the progress not yet written."""
+        self._closed = True
+        self._writer.discard(self._key)

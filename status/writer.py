@@ -11,11 +11,23 @@ again on fresh data. Writes go to the status subresource, so they never bump
 "Newest status": the informer's cache lags our own writes, so the writer remembers the
 object each PATCH returned and uses it until the cache has caught up; otherwise a patch
 computed against a stale cached status could forget to remove a field written since.
+
+Two kinds of intent reach the writer:
+
+- ``update`` — a conclusion (a run started or ended, a Stack stalled): written at once, on
+  the caller's thread, so the reconciler knows it landed before it returns.
+- ``publish`` — live progress: the newest intent per Stack replaces any older one still
+  pending (coalescing), and the writer's own thread writes it, at most once per
+  ``min_interval`` per Stack. The engine's event stream never waits on the API.
+
+An ``update`` first drops the Stack's pending progress and waits for a progress write in
+flight, so a late progress write can never overwrite a conclusion.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -30,6 +42,7 @@ log = structlog.get_logger(__name__)
 
 Mutation = Callable[[Mapping[str, Any]], dict[str, Any]]
 MAX_CONFLICT_RETRIES = 5
+MIN_PUBLISH_INTERVAL = 5.0  # seconds between two progress writes of one Stack
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,12 +81,23 @@ class StatusWriter:
         registry: CollectorRegistry,
         *,
         on_written: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
+        min_interval: float = MIN_PUBLISH_INTERVAL,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """Write through ``api_client``; read current objects from ``store``.
 
         ``on_written(old_status, new_status)`` runs after each successful write (metrics).
+        ``min_interval`` spaces the progress writes of one Stack (``publish``).
         """
         self._on_written = on_written
+        self._min_interval = min_interval
+        self._monotonic = monotonic
+        self._pending: dict[ObjectKey, Mutation] = {}
+        self._last_published: dict[ObjectKey, float] = {}
+        self._key_locks: dict[ObjectKey, threading.Lock] = {}
+        self._wake = threading.Condition(threading.Lock())
+        self._closed = False
+        self._thread: threading.Thread | None = None
         self._api = client.CustomObjectsApi(api_client)
         self._store = store
         self._gvp = (group, version, plural)
@@ -99,19 +123,101 @@ class StatusWriter:
         return cached
 
     def forget(self, key: ObjectKey) -> None:
-        """Drop what we remember of a deleted object."""
+        """Drop what we remember of a deleted object, including pending progress."""
+        self.discard(key)
         with self._lock:
             self._written.pop(key, None)
+            self._key_locks.pop(key, None)
+        with self._wake:
+            self._last_published.pop(key, None)
+
+    def publish(self, key: ObjectKey, mutate: Mutation) -> None:
+        """Queue a progress intent; it replaces the Stack's pending one. Never blocks.
+
+        The writer's thread applies the newest intent once ``min_interval`` has passed
+        since the Stack's last progress write. Failures are logged, never raised.
+        """
+        with self._wake:
+            if self._closed:
+                return
+            self._pending[key] = mutate
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._publish_loop, name="status-writer", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def discard(self, key: ObjectKey) -> None:
+        """Drop the Stack's pending progress intent, if any."""
+        with self._wake:
+            self._pending.pop(key, None)
+
+    def pending(self) -> int:
+        """How many Stacks have a progress intent waiting to be written."""
+        with self._wake:
+            return len(self._pending)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop the progress thread, dropping what is pending; True if it ended in time."""
+        with self._wake:
+            self._closed = True
+            self._pending.clear()
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
 
     def update(self, key: ObjectKey, mutate: Mutation) -> bool:
         """Apply ``mutate`` to the status and write the difference; False if nothing changed.
 
         ``mutate`` receives a plain, mutable copy of the newest status (never the cache's).
 
+        Drops the Stack's pending progress first (a conclusion supersedes it) and waits
+        for a progress write in flight.
+
         Raises:
             kubernetes.client.ApiException: the write failed for a reason other than a
                 conflict (after in-call retries of transient errors), or conflicts persisted.
         """
+        self.discard(key)
+        with self._key_lock(key):
+            return self._update(key, mutate)
+
+    def _key_lock(self, key: ObjectKey) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def _publish_loop(self) -> None:
+        while (work := self._next_due()) is not None:
+            key, mutate = work
+            with self._key_lock(key):
+                with self._wake:  # an update may have superseded it while we waited
+                    if self._pending.get(key) is not mutate:
+                        continue
+                    del self._pending[key]
+                    self._last_published[key] = self._monotonic()
+                try:
+                    self._update(key, mutate)
+                except client.ApiException as err:  # progress is best effort
+                    log.warning("Writing progress failed", key=str(key), error=str(err))
+
+    def _next_due(self) -> tuple[ObjectKey, Mutation] | None:
+        """Block until some Stack's progress is due; None once closed."""
+        with self._wake:
+            while not self._closed:
+                now, wait = self._monotonic(), None
+                for key, mutate in self._pending.items():
+                    due = self._last_published.get(key, -self._min_interval) + self._min_interval
+                    if due <= now:
+                        return key, mutate
+                    wait = due - now if wait is None else min(wait, due - now)
+                self._wake.wait(wait)
+            return None
+
+    def _update(self, key: ObjectKey, mutate: Mutation) -> bool:
         obj = self.current(key)
         for _ in range(MAX_CONFLICT_RETRIES):
             if obj is None:

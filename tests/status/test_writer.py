@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,81 @@ def test_a_deleted_object_is_not_written(
     writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, CollectorRegistry())
     api.delete_namespaced_custom_object(GROUP, VERSION, key.namespace, PLURAL, key.name)
     assert not writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
+
+
+def step(message: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A progress intent whose Reconciling message is ``message``."""
+    return lambda s: cond.progressing(s, 1, message, NOW)
+
+
+def reconciling_message(api: client.CustomObjectsApi, namespace: str) -> str | None:
+    """The Reconciling condition's message as the API has it."""
+    for condition in get(api, namespace).get("status", {}).get("conditions", []):
+        if condition["type"] == "Reconciling":
+            return str(condition["message"])
+    return None
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    """Poll ``check`` for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_progress_intents_are_coalesced_to_the_newest_per_stack(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """The first intent is written at once; forty more within the interval make one write."""
+    key, store, api = stack
+    registry = CollectorRegistry()
+    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=1.0)
+    try:
+        writer.publish(key, step("step 0"))
+        wait_for(lambda: written(registry, "written") == 1, "the first progress write")
+        for n in range(1, 41):
+            writer.publish(key, step(f"step {n}"))
+        wait_for(lambda: writer.pending() == 0, "the coalesced write")
+        assert reconciling_message(api, key.namespace) == "step 40"
+        assert written(registry, "written") == 2  # the first and the coalesced one
+    finally:
+        assert writer.close()
+
+
+def test_a_conclusion_supersedes_pending_progress(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """update() drops the Stack's pending progress: no late write undoes the conclusion."""
+    key, store, api = stack
+    registry = CollectorRegistry()
+    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=60)
+    try:
+        writer.publish(key, step("running"))
+        wait_for(lambda: written(registry, "written") == 1, "the first progress write")
+        writer.publish(key, step("still running"))  # waits out the 60 s interval
+        assert writer.pending() == 1
+        assert writer.update(key, lambda s: cond.succeeded(s, 1, "done", NOW))
+        assert writer.pending() == 0
+    finally:
+        assert writer.close()
+    status = get(api, key.namespace)["status"]
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "True")]
+    assert written(registry, "written") == 2  # progress and conclusion
+
+
+def test_close_drops_pending_progress_and_ignores_later_intents(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """After close nothing more is written, and the writer's thread has ended."""
+    key, store, api = stack
+    registry = CollectorRegistry()
+    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=60)
+    writer.publish(key, step("running"))
+    wait_for(lambda: written(registry, "written") == 1, "the first progress write")
+    writer.publish(key, step("pending"))
+    assert writer.close()
+    writer.publish(key, step("after close"))
+    assert writer.pending() == 0
+    assert reconciling_message(api, key.namespace) == "running"
+    assert written(registry, "written") == 1
