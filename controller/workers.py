@@ -121,10 +121,13 @@ class Controller:
         self.queue = WorkQueue[ObjectKey](
             name, clock=self._clock, rate_limiter=limiter, metrics=WorkQueueMetrics(registry)
         )
-        self._metrics = ControllerMetrics(registry)
-        for result in RESULTS:  # every series exists from the start, as controller-runtime does
-            self._metrics.total.labels(name, result)
-        self._metrics.max_concurrent.labels(name).set(workers)
+        self._metrics = m = ControllerMetrics(registry)
+        # Every series exists from the start, as controller-runtime does it.
+        for result in RESULTS:
+            m.total.labels(name, result)
+        for family in (m.errors, m.terminal_errors, m.panics, m.time, m.active_workers):
+            family.labels(name)
+        m.max_concurrent.labels(name).set(workers)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
