@@ -28,10 +28,11 @@ test-assets: ## Find or build etcd, kube-apiserver, kubectl and the Pulumi CLI (
 	hack/install-prometheus
 
 .PHONY: lint
-lint: venv ## ruff check, ruff format --check, mypy --strict.
+lint: venv ## ruff check, ruff format --check, mypy --strict, hadolint.
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/hadolint Dockerfile
 
 .PHONY: fmt
 fmt: venv ## Format and autofix.
@@ -43,8 +44,9 @@ test: venv lint test-assets ## Lint, build what is missing, then run the whole t
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: dev
-dev: ## Run the operator on a local control plane with a sample Stack (not yet).
-	@echo "make dev: not yet - the embedded dev mode lands with the shipping work (issue 6)"; exit 1
+dev: venv ## Run the operator on a local control plane with a sample Stack (Ctrl-C stops all).
+	hack/test-assets
+	$(PY) hack/dev.py $(ARGS)
 
 KUBECTL ?= kubectl
 
@@ -57,9 +59,10 @@ install: ## Apply the Stack CRD to the current kubeconfig's cluster (server-side
 	$(KUBECTL) apply --server-side -k manifests/crd
 
 .PHONY: deploy
-deploy: ## Apply the whole manifests base (not yet).
-	@echo "make deploy: not yet - manifests land with the shipping work (issue 6)"; exit 1
+deploy: ## Apply the whole operator (CRD, RBAC, Deployment, Service) to the current cluster.
+	$(KUBECTL) apply --server-side -k manifests/default
 
 .PHONY: bench
-bench: ## Run the benchmarks (not yet).
-	@echo "make bench: not yet - benchmarks land with issue 7"; exit 1
+bench: venv ## Run the benchmarks and regenerate the README's results table (BENCH_ARGS=...).
+	hack/test-assets
+	$(PY) -m bench $(BENCH_ARGS)

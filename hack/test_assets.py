@@ -520,6 +520,31 @@ def find_pulumi(*, build: bool = True) -> Path:
     return _build(recipe, _Go.find(cache_root())) / "bin"
 
 
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+# The newest release of the root module that the Go module proxy serves (it serves
+# v0.95.x only for the pkg/apis/monitoring submodule, which holds no CRD manifests).
+PROMETHEUS_OPERATOR_VERSION = "0.94.1"
+
+
+def find_prometheus_operator_crds(*, download: bool = True) -> Path:
+    """Find (or download) the directory of the Prometheus Operator's CRD manifests.
+
+    They are ``example/prometheus-operator-crd/*.yaml`` of the operator's root Go module,
+    fetched with ``go mod download`` into this project's module cache (nothing is built).
+    """
+    module = f"{PROMETHEUS_OPERATOR_MODULE}@v{PROMETHEUS_OPERATOR_VERSION}"
+    crds = Path("example", "prometheus-operator-crd")
+    cached = cache_root() / "go" / "mod" / module / crds
+    if cached.is_dir():
+        return cached
+    if not download:
+        msg = f"{module} is not in the module cache (downloading it needs Go and its proxy)"
+        raise AssetError(msg)
+    cache_root().mkdir(parents=True, exist_ok=True)
+    go = _Go.find(cache_root())
+    return Path(str(go.download(module, cache_root())["Dir"])) / crds
+
+
 def ensure_assets(*, build: bool = True) -> Assets:
     """Find every binary, building the missing ones when ``build`` is true."""
     return Assets(

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,65 +13,24 @@ from kubernetes import client
 
 from tests.controller.conftest import GROUP, PLURAL, VERSION
 from tests.testbed.control_plane import ControlPlane
-from tests.testbed.process import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-
+from tests.testbed.operator import WIDGET_OPERATOR, Operator
 
 # -- the process -------------------------------------------------------------------------
 
 
-class Operator:
-    """One widget-operator subprocess with its own probe and metrics ports."""
-
-    def __init__(self, control_plane: ControlPlane, namespace: str, log: Path, *extra: str) -> None:
-        """Start the process."""
-        self.metrics, self.probes = free_port(), free_port()
-        argv = [
-            sys.executable, "-m", "tests.controller.widget_operator",
-            f"--kubeconfig={control_plane.kubeconfig}",
-            f"--namespaces={namespace}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics}",
-            f"--health-probe-bind-address=127.0.0.1:{self.probes}",
-            f"--leader-election-namespace={namespace}",
-            "--log-format=json",
-            *extra,
-        ]  # fmt: skip
-        self.log = log
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-        self.identity = ""
-
-    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
-        """GET a path from the probe port (or another); (status, body), (0, '') if down."""
-        url = f"http://127.0.0.1:{port or self.probes}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return int(response.status), response.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, ""
-        except OSError:
-            return 0, ""
-
-    def metric(self, line_prefix: str) -> str | None:
-        """The value of the first /metrics line starting with ``line_prefix``."""
-        status, body = self.get("/metrics", self.metrics)
-        if status != 200:
-            return None
-        for line in body.splitlines():
-            if line.startswith(line_prefix):
-                return line.rsplit(" ", 1)[1]
-        return None
-
-    def is_leader(self) -> bool:
-        """The leader gauge reads 1."""
-        return self.metric('leader_election_master_status{name="pulumi-stack-operator"}') == "1.0"
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        """Signal the process and wait for its exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+def widget_operator(
+    control_plane: ControlPlane, namespace: str, log: Path, *extra: str
+) -> Operator:
+    """Start a widget operator watching ``namespace``, its Lease there too."""
+    operator = Operator(
+        control_plane.kubeconfig,
+        log,
+        module=WIDGET_OPERATOR,
+        namespaces=[namespace],
+        flags=[f"--leader-election-namespace={namespace}", "--log-format=json"],
+    )
+    operator.start(*extra)
+    return operator
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
@@ -93,9 +49,7 @@ def operators(widget_crd: str) -> Iterator[list[Operator]]:
     started: list[Operator] = []
     yield started
     for operator in started:
-        if operator.proc.poll() is None:
-            operator.proc.kill()
-            operator.proc.wait()
+        operator.stop(signal.SIGKILL)
     for operator in started:
         print(f"--- {operator.log}\n{operator.log.read_text()[-4000:]}")  # noqa: T201
 
@@ -158,7 +112,9 @@ def test_probes_metrics_and_reconcile(
     tmp_path: Path,
 ) -> None:
     """A single operator syncs, answers its probes, reconciles, and exports metrics."""
-    operator = start_ready(operators, Operator(control_plane, namespace, tmp_path / "op.log"))
+    operator = start_ready(
+        operators, widget_operator(control_plane, namespace, tmp_path / "op.log")
+    )
     assert operator.get("/healthz")[0] == 200
     create_widget(widgets, namespace, "w1")
     wait_for(lambda: annotation(widgets, namespace, "w1", "reconciled-by"), what="reconcile")
@@ -181,8 +137,8 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
 ) -> None:
     """Two replicas: one leads and reconciles; SIGKILL hands over after the lease expires."""
     timing = ["--leader-elect", "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5"]
-    first = Operator(control_plane, namespace, tmp_path / "a.log", *timing)
-    second = Operator(control_plane, namespace, tmp_path / "b.log", *timing)
+    first = widget_operator(control_plane, namespace, tmp_path / "a.log", *timing)
+    second = widget_operator(control_plane, namespace, tmp_path / "b.log", *timing)
     operators.extend([first, second])
     wait_for(lambda: first.is_leader() or second.is_leader(), what="a leader")
     leader, standby = (first, second) if first.is_leader() else (second, first)
@@ -194,15 +150,13 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     by = annotation(widgets, namespace, "w1", "reconciled-by")
     assert by == lease_holder(control_plane, namespace)
     assert by is not None
-    assert by.endswith(f"_{leader.proc.pid}")
+    assert by.endswith(f"_{leader.pid}")
 
     leader.stop(signal.SIGKILL)
     wait_for(standby.is_leader, timeout=30, what="failover")
     create_widget(widgets, namespace, "w2")
     wait_for(lambda: annotation(widgets, namespace, "w2", "reconciled-by"), what="reconcile")
-    assert str(annotation(widgets, namespace, "w2", "reconciled-by")).endswith(
-        f"_{standby.proc.pid}"
-    )
+    assert str(annotation(widgets, namespace, "w2", "reconciled-by")).endswith(f"_{standby.pid}")
 
     assert standby.stop() == 0
     assert not lease_holder(control_plane, namespace)  # released on the way out
@@ -216,7 +170,9 @@ def test_sigterm_lets_a_running_reconcile_finish_then_exits_0(
     tmp_path: Path,
 ) -> None:
     """SIGTERM during a 3 s reconcile: it completes, then the process exits 0."""
-    operator = start_ready(operators, Operator(control_plane, namespace, tmp_path / "op.log"))
+    operator = start_ready(
+        operators, widget_operator(control_plane, namespace, tmp_path / "op.log")
+    )
     create_widget(widgets, namespace, "slow", sleep=3)
     wait_for(lambda: annotation(widgets, namespace, "slow", "started-by"), what="start")
     assert operator.stop(timeout=60) == 0
@@ -233,7 +189,8 @@ def test_sigterm_interrupts_a_reconcile_that_outlives_the_shutdown_timeout(
 ) -> None:
     """With --shutdown-timeout=1, a 300 s reconcile is interrupted and the exit is still 0."""
     operator = start_ready(
-        operators, Operator(control_plane, namespace, tmp_path / "op.log", "--shutdown-timeout=1")
+        operators,
+        widget_operator(control_plane, namespace, tmp_path / "op.log", "--shutdown-timeout=1"),
     )
     create_widget(widgets, namespace, "endless", sleep=300)
     wait_for(lambda: annotation(widgets, namespace, "endless", "started-by"), what="start")

@@ -1,0 +1,92 @@
+# The operator's image: the operator's wheel and its dependencies in a virtualenv, the
+# Pulumi CLI with its Python plugins, git and ssh for sources; non-root (uid 65532).
+#
+#   docker build -t pulumi-stack-operator --build-arg REVISION="$(git rev-parse HEAD)" .
+#   (arm64: --build-arg PULUMI_ARCH=arm64)
+#
+# Writable paths: PSO_WORK_DIR (checkouts and PULUMI_HOME, also HOME) and /tmp. With a
+# read-only root filesystem, mount an emptyDir on both.
+# tests/hack/test_dockerfile.py lints this file with hadolint and replays its install steps.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Keep in step with PULUMI_VERSION in hack/test_assets.py: the CLI the tests run.
+ARG PULUMI_VERSION=3.274.1
+# x64 or arm64, as the release archives are named.
+ARG PULUMI_ARCH=x64
+ARG PULUMI_URL=https://get.pulumi.com/releases/sdk/pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz
+ARG PULUMI_CHECKSUMS_URL=https://get.pulumi.com/releases/sdk/pulumi-${PULUMI_VERSION}-checksums.txt
+
+# -- the operator: its wheel, installed with its dependencies into /opt/venv -------------
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY controller/ controller/
+COPY reconcile/ reconcile/
+COPY status/ status/
+# The venv has no pip of its own: this stage's pip installs into it (pip --python).
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && python -m venv --without-pip /opt/venv \
+    && pip --python /opt/venv/bin/python install /wheels/*.whl
+
+# -- the Pulumi CLI and the plugins Python programs need, from the release archive --------
+FROM ${PYTHON_IMAGE} AS pulumi
+ARG PULUMI_VERSION
+ARG PULUMI_ARCH
+ARG PULUMI_URL
+ARG PULUMI_CHECKSUMS_URL
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /download
+# Both sources are URLs (hadolint sees only the ARG names); the checksum is verified below.
+# hadolint ignore=DL3020
+ADD ${PULUMI_URL} pulumi.tar.gz
+# hadolint ignore=DL3020
+ADD ${PULUMI_CHECKSUMS_URL} checksums.txt
+# Only what the test bed proves (hack/test_assets.py PULUMI_BINARIES); other language
+# hosts would need runtimes this image does not have.
+RUN awk -v archive="pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz" \
+        '$2 == archive { print $1 "  pulumi.tar.gz" }' checksums.txt | sha256sum --check --strict \
+    && tar -xzf pulumi.tar.gz \
+    && install -d /opt/pulumi/bin \
+    && install -m 0755 pulumi/pulumi pulumi/pulumi-language-python \
+        pulumi/pulumi-language-python-exec pulumi/pulumi-resource-pulumi-python /opt/pulumi/bin/ \
+    && /opt/pulumi/bin/pulumi version
+
+# -- the image ----------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG PULUMI_VERSION
+LABEL org.opencontainers.image.title="pulumi-stack-operator" \
+      org.opencontainers.image.description="Reconciles pulumi.com/v1 Stacks through the Pulumi Automation API" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      com.pulumi.cli.version="${PULUMI_VERSION}"
+# git and ssh fetch Stack sources (sshAuth needs ssh); tini is PID 1 so that plugin
+# processes orphaned by a killed Pulumi CLI are reaped, not left as zombies. Debian's
+# versions are not pinned: bookworm's security updates replace them, and a pin would
+# break the build then.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates git openssh-client tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --gid 65532 nonroot \
+    && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin \
+        --home-dir /var/lib/pulumi-stack-operator nonroot \
+    && install -d -o 65532 -g 65532 -m 0750 /var/lib/pulumi-stack-operator
+COPY --from=pulumi /opt/pulumi/bin/ /opt/pulumi/bin/
+COPY --from=builder /opt/venv/ /opt/venv/
+ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/var/lib/pulumi-stack-operator \
+    PSO_WORK_DIR=/var/lib/pulumi-stack-operator \
+    PULUMI_SKIP_UPDATE_CHECK=true
+WORKDIR /var/lib/pulumi-stack-operator
+USER 65532:65532
+# /metrics and /healthz, /readyz (--metrics-bind-address, --health-probe-bind-address).
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/bin/tini", "--", "pulumi-stack-operator"]

@@ -1,0 +1,1 @@
+"""Tests of the developer scripts (hack/) and of the container image recipe."""

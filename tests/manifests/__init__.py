@@ -1,0 +1,1 @@
+"""Tests of manifests/: kustomize builds, server-side dry-runs, RBAC, alerts and dashboards."""

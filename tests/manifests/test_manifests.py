@@ -1,0 +1,795 @@
+"""manifests/ builds, applies to a real apiserver, and agrees with the operator's code.
+
+Every kustomization is built with kubectl's kustomize; every installable one is applied
+server-side as a dry run (``--validate=strict``: an unknown field fails) to the test
+control plane, with the Stack CRD and the Prometheus Operator's CRDs installed, so the
+apiserver itself validates the Deployment, RBAC, samples (against the Stack CRD's schema
+and CEL rules) and monitoring objects. The Deployment's flags go through the operator's
+own parser; the alerts and the dashboard's queries through promtool and the operator's
+metric registry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from pulumi import automation as auto
+
+from controller.config import Config, parse_config
+from controller.manager import Manager, ManagerContext
+from hack.test_assets import AssetError, find_prometheus_operator_crds
+from reconcile import setup
+from reconcile.automation import DEFAULT_INTERRUPT_GRACE
+from reconcile.spec import parse_spec
+from reconcile.stack import StackReconciler
+from tests.manifests.conftest import KUSTOMIZATIONS, MANIFESTS, Manifest, pick, render
+from tests.manifests.promql import Selector, selectors, substitute
+from tests.testbed.control_plane import ControlPlane
+from tests.testbed.prometheus import INSTALL_HINT, find_binary
+from tests.testbed.pulumi_env import PulumiEnv
+
+REPO = MANIFESTS.parent
+SYSTEM_NAMESPACE = "pulumi-stack-operator-system"
+INSTALLS = ("default", "overlays/single-namespace")
+# What a user applies; the rest are bases that these include.
+APPLIED = (
+    *INSTALLS,
+    "samples",
+    "prometheus",
+    "prometheus/pod-monitor",
+    "grafana",
+    "kube-state-metrics",
+)
+BASES = ("crd", "rbac", "manager", "prometheus/rules")
+MONITORING_CRDS = {
+    "servicemonitors": "ServiceMonitor",
+    "podmonitors": "PodMonitor",
+    "prometheusrules": "PrometheusRule",
+}
+RULE = ("prometheus/rules", "PrometheusRule")
+DASHBOARD = MANIFESTS / "grafana" / "pulumi-stack-operator.json"
+KSM_CONFIG = MANIFESTS / "kube-state-metrics" / "stacks.yaml"
+# Labels a scrape adds (target labels of a ServiceMonitor/PodMonitor), and Prometheus' own.
+SCRAPE_LABELS = frozenset(
+    {"job", "instance", "namespace", "pod", "container", "service", "endpoint"}
+)
+PROMETHEUS_SERIES: dict[str, frozenset[str]] = {"up": frozenset()}
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+)
+
+
+def project() -> dict[str, Any]:
+    """``pyproject.toml``'s ``[project]`` table."""
+    with (REPO / "pyproject.toml").open("rb") as handle:
+        table: dict[str, Any] = tomllib.load(handle)["project"]
+    return table
+
+
+# -- building --------------------------------------------------------------------------
+
+
+def test_every_kustomization_is_applied_or_a_base() -> None:
+    """A new kustomization directory is either dry-run below or a base of one that is."""
+    assert sorted((*APPLIED, *BASES)) == KUSTOMIZATIONS
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS)
+def test_kustomization_builds(directory: str) -> None:
+    """The kustomize built into kubectl builds the directory into named, typed objects."""
+    objects = render(directory)
+    assert objects
+    for obj in objects:
+        assert obj["apiVersion"]
+        assert obj["kind"]
+        assert obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize("directory", INSTALLS)
+def test_install_has_every_part(directory: str) -> None:
+    """An install renders the CRD, identity, Deployment and Service, all in its namespace."""
+    objects = render(directory)
+    kinds = {obj["kind"] for obj in objects}
+    assert {"CustomResourceDefinition", "Namespace", "ServiceAccount"} <= kinds
+    assert {"Role", "RoleBinding", "Deployment", "Service"} <= kinds
+    for obj in objects:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == SYSTEM_NAMESPACE, obj["metadata"]
+
+
+def test_single_namespace_overlay_moves_with_its_namespace(tmp_path: Path) -> None:
+    """Changing the overlay's ``namespace:`` moves every object and binding subject."""
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    overlay = tmp_path / "manifests" / "overlays" / "single-namespace"
+    text = (overlay / "kustomization.yaml").read_text()
+    (overlay / "kustomization.yaml").write_text(
+        text.replace(f"namespace: {SYSTEM_NAMESPACE}", "namespace: team-a")
+    )
+    objects = [obj for obj in render(overlay) if obj["kind"] != "CustomResourceDefinition"]
+    assert pick(objects, "Namespace")["metadata"]["name"] == "team-a"
+    for obj in objects:
+        assert obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["namespace"] == "team-a"
+        for subject in obj.get("subjects", ()):
+            assert subject["namespace"] == "team-a"
+
+
+# -- the Deployment ----------------------------------------------------------------------
+
+
+def container(directory: str) -> dict[str, Any]:
+    """The operator's container in ``directory``'s Deployment."""
+    deployment = pick(render(directory), "Deployment")
+    [manager] = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(manager)
+
+
+def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> Config:
+    """The Deployment's args and env through ``controller.config``, as the pod would."""
+    manager = container(directory)
+    downward = {"metadata.namespace": pod_namespace}
+    environ = {}
+    for var in manager.get("env", ()):
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        environ[var["name"]] = downward[field] if field else var["value"]
+    return parse_config(manager["args"], environ)
+
+
+@pytest.mark.parametrize(
+    ("directory", "watched"), [(INSTALLS[0], ()), (INSTALLS[1], ("ns-of-the-pod",))]
+)
+def test_deployment_flags_parse(directory: str, watched: tuple[str, ...]) -> None:
+    """The args parse; the overlay watches the pod's namespace, the default install all."""
+    cfg = deployed_config(directory)
+    assert cfg.namespaces == watched
+    assert cfg.leader_elect
+
+
+@pytest.mark.parametrize("directory", INSTALLS)
+def test_deployment_ports_and_probes_match_the_flags(directory: str) -> None:
+    """The named ports are the bound ports; probes hit /healthz and /readyz on them."""
+    cfg = deployed_config(directory)
+    manager = container(directory)
+    ports = {port["name"]: port["containerPort"] for port in manager["ports"]}
+    assert cfg.metrics_bind_address == f"0.0.0.0:{ports['metrics']}"
+    assert cfg.health_probe_bind_address == f"0.0.0.0:{ports['health']}"
+    assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    service = pick(render(directory), "Service", "pulumi-stack-operator-metrics")
+    [service_port] = service["spec"]["ports"]
+    assert service_port["targetPort"] == "metrics"
+    pod_labels = pick(render(directory), "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_shutdown_fits_in_the_grace_period() -> None:
+    """Running updates get --shutdown-timeout; then the CLI's interrupt grace and a flush."""
+    cfg = deployed_config("default")
+    pod = pick(render("default"), "Deployment")["spec"]["template"]["spec"]
+    spare = pod["terminationGracePeriodSeconds"] - cfg.shutdown_timeout
+    assert spare >= 2 * DEFAULT_INTERRUPT_GRACE
+
+
+def image_env(name: str) -> str:
+    """The value the Dockerfile's ``ENV`` gives ``name``."""
+    match = re.search(rf"\b{name}=(\S+)", (REPO / "Dockerfile").read_text())
+    assert match, name
+    return match.group(1)
+
+
+def test_deployment_is_locked_down() -> None:
+    """Non-root 65532, read-only root, no capabilities; every written path is an emptyDir.
+
+    The written paths: the work dir, /tmp, and the image's HOME and PSO_WORK_DIR.
+    """
+    pod = pick(render("default"), "Deployment")["spec"]["template"]["spec"]
+    manager = container("default")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert manager["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    mounts = [Path(m["mountPath"]) for m in manager["volumeMounts"] if m["name"] in empty_dirs]
+    written = [deployed_config("default").work_dir, "/tmp"]  # noqa: S108 - a path in the pod
+    for path in [*written, image_env("HOME"), image_env("PSO_WORK_DIR")]:
+        assert any(Path(path).is_relative_to(mount) for mount in mounts), path
+    assert {"requests", "limits"} <= manager["resources"].keys()
+
+
+def test_image_and_command_are_the_projects() -> None:
+    """The image tag is the project's version; the image's entrypoint runs (tini first)."""
+    manager = container("default")
+    repository, _, tag = manager["image"].rpartition(":")
+    assert repository == "ghcr.io/pulumi-stack-operator/pulumi-stack-operator"
+    assert tag == project()["version"]
+    assert "command" not in manager  # would bypass tini, the image's PID 1
+
+
+# -- samples -----------------------------------------------------------------------------
+
+
+SAMPLE_PROGRAM = MANIFESTS / "samples" / "program"
+
+
+def sample_stacks() -> list[Manifest]:
+    """The sample Stacks."""
+    return [obj for obj in render("samples") if obj["kind"] == "Stack"]
+
+
+def test_samples_parse_with_the_operators_spec_parser() -> None:
+    """Each sample Stack is accepted by reconcile.spec, and its Secret refs resolve."""
+    objects = render("samples")
+    secrets = {
+        obj["metadata"]["name"]: obj.get("stringData", {})
+        for obj in objects
+        if obj["kind"] == "Secret"
+    }
+    stacks = sample_stacks()
+    assert len(stacks) == 2
+    for stack in stacks:
+        spec = parse_spec(stack["spec"], "ns")
+        for ref in spec.env_refs.values():
+            assert ref.secret is not None
+            assert ref.secret.key in secrets[ref.secret.name]
+    backends = {parse_spec(s["spec"], "ns").backend or "" for s in stacks}
+    assert "" in backends  # Pulumi Cloud, the CLI's default
+    assert any(b.startswith("file://") for b in backends)
+    cloud = next(s for s in stacks if not s["spec"].get("backend"))
+    assert "PULUMI_ACCESS_TOKEN" in cloud["spec"]["envRefs"]
+
+
+def test_samples_run_the_program_in_this_repository() -> None:
+    """Both samples point at samples/program, a Python program with no virtualenv."""
+    project_file = yaml.safe_load((SAMPLE_PROGRAM / "Pulumi.yaml").read_text())
+    assert project_file["runtime"] == "python"  # the one language host the image bundles
+    for stack in sample_stacks():
+        assert REPO / stack["spec"]["repoDir"] == SAMPLE_PROGRAM
+        name = stack["spec"]["stack"]
+        if "/" in name:  # org/project/stack on Pulumi Cloud
+            assert name.split("/")[1] == project_file["name"]
+
+
+@pytest.mark.pulumi
+def test_sample_program_runs(pulumi_env: PulumiEnv, tmp_path: Path) -> None:
+    """The file-backend sample's program and config deploy with the real Pulumi CLI."""
+    stack = next(s for s in sample_stacks() if s["spec"].get("backend"))
+    program = tmp_path / "program"
+    shutil.copytree(SAMPLE_PROGRAM, program)
+    workspace = auto.create_or_select_stack(
+        stack["spec"]["stack"], work_dir=str(program), opts=pulumi_env.workspace_options()
+    )
+    workspace.set_all_config(
+        {key: auto.ConfigValue(value) for key, value in stack["spec"]["config"].items()}
+    )
+    result = workspace.up()
+    assert result.outputs["message"].value == "Hi from stack dev"
+
+
+# -- monitoring objects against the operator's manifests ---------------------------------
+
+
+def test_service_monitor_scrapes_the_metrics_service() -> None:
+    """The ServiceMonitor selects the metrics Service by its labels and port name."""
+    service = pick(render("default"), "Service", "pulumi-stack-operator-metrics")
+    monitor = pick(render("prometheus"), "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert endpoint["honorLabels"] is True
+
+
+def test_pod_monitor_scrapes_the_operator_pods() -> None:
+    """The PodMonitor selects the operator's pods and names their metrics port."""
+    deployment = pick(render("default"), "Deployment")
+    monitor = pick(render("prometheus/pod-monitor"), "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    """The PrometheusRule's groups."""
+    groups: list[dict[str, Any]] = pick(render(RULE[0]), RULE[1])["spec"]["groups"]
+    return groups
+
+
+def alerts() -> list[dict[str, Any]]:
+    """Every alerting rule of the PrometheusRule."""
+    return [rule for group in rule_groups() for rule in group["rules"]]
+
+
+def test_both_monitors_carry_the_same_rule() -> None:
+    """prometheus/ and prometheus/pod-monitor install the one PrometheusRule."""
+    for directory in ("prometheus", "prometheus/pod-monitor"):
+        assert pick(render(directory), "PrometheusRule")["spec"]["groups"] == rule_groups()
+
+
+def test_readme_lists_every_alert() -> None:
+    """README's Alerts table names exactly the PrometheusRule's alerts."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n### Alerts\n", 1)[1].split("\n#", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE)
+    assert sorted(documented) == sorted(rule["alert"] for rule in alerts())
+
+
+# -- PromQL: promtool and the operator's registry -------------------------------------------
+
+
+@pytest.fixture
+def promtool() -> Path:
+    """Debian's promtool."""
+    found = find_binary("promtool")
+    if found is None:
+        pytest.skip(f"promtool is not installed ({INSTALL_HINT})")
+    return found
+
+
+def run_promtool(promtool: Path, *args: str) -> None:
+    """Run promtool; fail with its output if it does not exit 0."""
+    proc = subprocess.run(
+        [str(promtool), *args], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rules_pass_promtool(promtool: Path, tmp_path: Path) -> None:
+    """``promtool check rules`` accepts the PrometheusRule's groups."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    run_promtool(promtool, "check", "rules", str(rules))
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the dashboard's panels."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [
+        target["expr"]
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", ())
+        if "expr" in target
+    ]
+
+
+def dashboard_variable_metrics() -> list[str]:
+    """Metric names the dashboard's ``label_values(metric, label)`` variables read."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    found = []
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = re.fullmatch(r"label_values\((\w+),\s*\w+\)", variable["query"]["query"])
+            assert match, variable["query"]
+            found.append(match.group(1))
+    return found
+
+
+def test_dashboard_is_well_formed() -> None:
+    """Unique panel ids, every query on the datasource variable; the ConfigMap carries it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    assert dashboard["uid"] == "pulumi-stack-operator"
+    for panel in panels:
+        for target in panel.get("targets", ()):
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+    config_map = pick(render("grafana"), "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"][DASHBOARD.name]) == dashboard
+
+
+def test_dashboard_queries_pass_promtool(promtool: Path, tmp_path: Path) -> None:
+    """Each dashboard query (variables filled in) parses, as a recording rule."""
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": substitute(expr)}
+        for i, expr in enumerate(dashboard_queries())
+    ]
+    assert rules
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run_promtool(promtool, "check", "rules", str(path))
+
+
+Families = dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]]
+"""Sample name → (its label names, label → values of the series that exist at start)."""
+
+
+@pytest.fixture(scope="module")
+def operator_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Families]:
+    """The series names the operator registers, built in-process as the Deployment runs it.
+
+    The real ``Manager`` and ``reconcile.setup.new_stack_reconciler`` on a fresh registry,
+    with the Deployment's flags; only the Pulumi CLI check is skipped (not needed to
+    register metrics).
+    """
+    work = tmp_path_factory.mktemp("work")
+    cfg = parse_config([*container("default")["args"], f"--work-dir={work}"], {})
+    contexts: list[ManagerContext] = []
+
+    def new_reconciler(context: ManagerContext) -> StackReconciler:
+        contexts.append(context)
+        return setup.new_stack_reconciler(context)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(setup, "pulumi_command", lambda: None)
+        patch.setenv("PULUMI_PYTHON_CMD", "python3")
+        patch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
+        manager = Manager(
+            cfg, "stacks", setup.STACKS, new_reconciler, api_client=client.ApiClient()
+        )
+    try:
+        yield registered_series(manager)
+    finally:
+        for close in contexts[0].closers:
+            close(1.0)
+
+
+def registered_series(manager: Manager) -> Families:
+    """Every sample name of ``manager.registry`` with its label names and initial values."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for family in manager.registry.collect():
+        for sample in family.samples:
+            for label, value in sample.labels.items():
+                values.setdefault(sample.name, {}).setdefault(label, set()).add(value)
+    # prometheus_client has no public accessor for a collector's label names.
+    collectors = manager.registry._names_to_collectors  # noqa: SLF001
+    series: Families = {}
+    for name, collector in collectors.items():
+        kind = collector._type  # type: ignore[attr-defined] # noqa: SLF001
+        if kind != "gauge" and name == collector._name:  # type: ignore[attr-defined] # noqa: SLF001
+            continue  # counters and histograms expose only suffixed samples (_total, ...)
+        labels = frozenset(collector._labelnames)  # type: ignore[attr-defined] # noqa: SLF001
+        if name.endswith("_bucket"):
+            labels |= {"le"}
+        seen = {k: frozenset(v) for k, v in values.get(name, {}).items()}
+        series[name] = (labels, seen)
+    return series
+
+
+def ksm_series() -> Families:
+    """Series the kube-state-metrics config in manifests/kube-state-metrics defines."""
+    config = yaml.safe_load(KSM_CONFIG.read_text())
+    series: Families = {}
+    for resource in config["spec"]["resources"]:
+        common = set(resource["labelsFromPath"]) | {
+            "customresource_group", "customresource_kind", "customresource_version",
+        }  # fmt: skip
+        for metric in resource["metrics"]:
+            each = metric["each"]
+            body = each[each["type"][0].lower() + each["type"][1:]]
+            labels = common | set(body.get("labelsFromPath", {}))
+            if "labelName" in body:
+                labels.add(body["labelName"])
+            name = f"{resource['metricNamePrefix']}_{metric['name']}"
+            series[name] = (frozenset(labels), {})
+    return series
+
+
+def check_selector(selector: Selector, known: Families) -> list[str]:
+    """What is wrong with ``selector`` given the ``known`` series (empty: nothing)."""
+    if selector.metric not in known:
+        return [f"{selector.metric}: not a series the operator (or KSM config) exports"]
+    labels, seen = known[selector.metric]
+    problems = [
+        f"{selector.metric}: no label {label}" for label in selector.labels - labels - SCRAPE_LABELS
+    ]
+    problems += [
+        f"{selector.metric}: {label}={value!r} is none of {sorted(seen[label])}"
+        for label, value in selector.equals
+        if label in seen and value not in seen[label]
+    ]
+    return problems
+
+
+def test_alerts_use_only_exported_series(operator_series: Families) -> None:
+    """Every series an alert reads is registered by the operator, with those labels.
+
+    Exceptions, each deliberate: ``up`` (Prometheus' own, for OperatorDown) and, in the
+    kube-state-metrics group only, the series that manifests/kube-state-metrics defines.
+    """
+    known = {
+        **operator_series,
+        **{name: (labels, {}) for name, labels in PROMETHEUS_SERIES.items()},
+    }
+    problems = []
+    for group in rule_groups():
+        scope = {**known, **ksm_series()} if group["name"].endswith("kube-state-metrics") else known
+        for rule in group["rules"]:
+            found = selectors(rule["expr"])
+            assert found, rule["alert"]
+            problems += [p for s in found for p in check_selector(s, scope)]
+    assert problems == []
+
+
+def test_dashboard_uses_only_exported_series(operator_series: Families) -> None:
+    """Every series a dashboard query or variable reads is registered by the operator."""
+    problems = []
+    for expr in dashboard_queries():
+        found = selectors(expr)
+        assert found, expr
+        problems += [p for s in found for p in check_selector(s, operator_series)]
+    for metric in dashboard_variable_metrics():
+        problems += check_selector(Selector(metric, frozenset()), operator_series)
+    assert problems == []
+
+
+def test_registry_reading_catches_mistakes(operator_series: Families) -> None:
+    """The checker itself: a typo in a name, a label or a closed label value is reported."""
+    bad = (
+        'pulumi_stack_update_duration_seconds_count{result="failure", phase="up"} + nope'
+        " + pulumi_stack_resource_changes"  # a counter without its _total suffix
+    )
+    problems = [p for s in selectors(bad) for p in check_selector(s, operator_series)]
+    assert len(problems) == 4, problems
+
+
+# -- alerts fire as documented ---------------------------------------------------------
+
+
+def series(metric: str, values: str, /, **labels: str) -> dict[str, str]:
+    """One promtool input series."""
+    text = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{text}}}", "values": values}
+
+
+def expected(alert: str, at: str, *fired: dict[str, str]) -> dict[str, Any]:
+    """A promtool alert check: ``alert`` at ``at`` fires once per label set in ``fired``."""
+    rule = next(rule for rule in alerts() if rule["alert"] == alert)
+
+    def render_template(text: str, labels: dict[str, str]) -> str:
+        return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+
+    return {
+        "eval_time": at,
+        "alertname": alert,
+        "exp_alerts": [
+            {
+                "exp_labels": {**rule["labels"], **labels},
+                "exp_annotations": {
+                    k: render_template(v, labels) for k, v in rule["annotations"].items()
+                },
+            }
+            for labels in fired
+        ],
+    }
+
+
+STACK = {"namespace": "team", "name": "db"}
+
+
+def alert_cases() -> list[dict[str, Any]]:
+    """Unit tests for promtool: each alert fires when it should, and only then."""
+    cond = "pulumi_stack_condition"
+    ready_false = {"type": "Ready", "status": "False"}
+    updates = "pulumi_stack_update_duration_seconds_count"
+    return [
+        {  # two replicas export the same Stalled Stack: one alert, after 10 minutes
+            "input_series": [
+                series(cond, "1x30", **STACK, type="Stalled", status="True", pod="a"),
+                series(cond, "1x30", **STACK, type="Stalled", status="True", pod="b"),
+                series(cond, "0x30", name="ok", namespace="team", type="Stalled", status="True"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackStalled", "9m"),
+                expected("PulumiStackStalled", "11m", STACK),
+            ],
+        },
+        {  # not Ready for an hour fires; suspended or Ready Stacks do not
+            "input_series": [
+                series(cond, "1x90", **STACK, **ready_false),
+                series(cond, "1x90", namespace="team", name="paused", **ready_false),
+                series("pulumi_stack_suspended", "1x90", namespace="team", name="paused"),
+                series(cond, "1x90", namespace="team", name="fine", type="Ready", status="True"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackNotReady", "59m"),
+                expected("PulumiStackNotReady", "61m", STACK),
+            ],
+        },
+        {  # up: 6 failures/h against 0.6 successes/h; preview: mostly succeeding
+            "input_series": [
+                series(updates, "0+0.1x120", operation="up", result="failed"),
+                series(updates, "0+0.01x120", operation="up", result="succeeded"),
+                series(updates, "0+0.1x120", operation="preview", result="failed"),
+                series(updates, "0+1x120", operation="preview", result="succeeded"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackUpdateFailuresRising", "90m", {"operation": "up"}),
+            ],
+        },
+        {  # the target is down, and later gone altogether
+            "input_series": [series("up", "0x20 _x40", job="pulumi-stack-operator-metrics")],
+            "alert_rule_test": [
+                expected("PulumiStackOperatorDown", "9m"),
+                expected("PulumiStackOperatorDown", "15m", {}),
+                expected("PulumiStackOperatorDown", "50m", {}),
+            ],
+        },
+        {  # two standbys and no leader; then one leads
+            "input_series": [
+                series(
+                    "leader_election_master_status",
+                    "0x20 1x20",
+                    name="pulumi-stack-operator",
+                    pod="a",
+                ),
+                series(
+                    "leader_election_master_status", "0x40", name="pulumi-stack-operator", pod="b"
+                ),
+                series("up", "1x40", job="pulumi-stack-operator-metrics"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackOperatorNoLeader", "15m", {}),
+                expected("PulumiStackOperatorNoLeader", "30m"),
+                expected("PulumiStackOperatorDown", "30m"),
+            ],
+        },
+        {  # one 403 fires at once; it clears when the window passes
+            "input_series": [
+                series(
+                    "rest_client_requests_total", "0x5 1x30", code="403", method="GET", host="h"
+                ),
+                series("rest_client_requests_total", "0+5x35", code="200", method="GET", host="h"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackOperatorRequestsForbidden", "7m", {}),
+                expected("PulumiStackOperatorRequestsForbidden", "30m"),
+            ],
+        },
+        {  # status patches failing for 15 minutes
+            "input_series": [
+                series("pulumi_stack_status_patches_total", "0+1x40", result="error"),
+            ],
+            "alert_rule_test": [
+                expected("PulumiStackStatusWritesFailing", "10m"),
+                expected("PulumiStackStatusWritesFailing", "20m", {}),
+            ],
+        },
+        {  # kube-state-metrics: generation ahead of observedGeneration for 10 minutes
+            "input_series": [
+                series("pulumi_stack_generation", "2x20", exported_namespace="team", name="db"),
+                series(
+                    "pulumi_stack_observed_generation", "1x20", exported_namespace="team", name="db"
+                ),
+                series("pulumi_stack_generation", "3x20", exported_namespace="team", name="ok"),
+                series(
+                    "pulumi_stack_observed_generation", "3x20", exported_namespace="team", name="ok"
+                ),
+            ],
+            "alert_rule_test": [
+                expected(
+                    "PulumiStackNotObserved", "11m", {"exported_namespace": "team", "name": "db"}
+                ),
+            ],
+        },
+    ]
+
+
+def test_every_alert_has_a_unit_test() -> None:
+    """Each alert of the PrometheusRule is exercised by ``alert_cases``."""
+    tested = {check["alertname"] for case in alert_cases() for check in case["alert_rule_test"]}
+    assert tested == {rule["alert"] for rule in alerts()}
+
+
+def test_alerts_fire_as_documented(promtool: Path, tmp_path: Path) -> None:
+    """``promtool test rules``: each alert fires after its ``for``, with its labels."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups()}))
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", **case} for case in alert_cases()],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    run_promtool(promtool, "test", "rules", str(tmp_path / "tests.yaml"))
+
+
+# -- server-side dry runs --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def monitoring_kinds(control_plane: ControlPlane) -> frozenset[str]:
+    """The Prometheus Operator's CRDs for our kinds, applied; their kinds (none if unobtainable)."""
+    try:
+        directory = find_prometheus_operator_crds()
+    except AssetError:
+        return frozenset()
+    for plural in MONITORING_CRDS:
+        path = directory / f"monitoring.coreos.com_{plural}.yaml"
+        control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    for plural in MONITORING_CRDS:
+        control_plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            f"crd/{plural}.monitoring.coreos.com",
+        )  # fmt: skip
+    control_plane.kubectl("api-resources", "--api-group=monitoring.coreos.com")
+    return frozenset(MONITORING_CRDS.values())
+
+
+@pytest.fixture(scope="module")
+def system_namespace(control_plane: ControlPlane) -> str:
+    """The operator's namespace, really created (a dry run does not create it)."""
+    namespace = pick(render("default"), "Namespace")
+    path = control_plane.root / "system-namespace.yaml"
+    path.write_text(yaml.safe_dump(namespace))
+    control_plane.kubectl("apply", "--server-side", "-f", str(path))
+    return str(namespace["metadata"]["name"])
+
+
+def dry_run(
+    control_plane: ControlPlane, objects: list[Manifest], path: Path, namespace: str | None
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply --server-side --dry-run=server --validate=strict`` of ``objects``."""
+    path.write_text(yaml.safe_dump_all(objects))
+    args = ["apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", str(path)]
+    if namespace is not None:
+        args += ["--namespace", namespace]
+    # kubectl's default field manager, as `make deploy` and the stack_crd fixture use: the
+    # CRD's spec.versions is atomic, so another manager would conflict with that fixture.
+    return control_plane.kubectl(*args, check=False)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("stack_crd", "system_namespace")
+@pytest.mark.parametrize("directory", APPLIED)
+def test_dry_run_on_a_real_apiserver(
+    directory: str,
+    control_plane: ControlPlane,
+    monitoring_kinds: frozenset[str],
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The apiserver accepts every object (strict field validation), without a warning.
+
+    Warnings would include Pod Security (the namespace warns on ``restricted``), deprecated
+    APIs and unknown fields. The samples go to a fresh namespace. Monitoring objects need
+    the Prometheus Operator's CRDs from the Go module proxy; if those cannot be had, they
+    are left out of the dry run here and checked only by the structural tests above
+    (the monitors' selectors and ports, promtool on the rules).
+    """
+    objects = [
+        obj
+        for obj in render(directory)
+        if not obj["apiVersion"].startswith("monitoring.coreos.com/")
+        or obj["kind"] in monitoring_kinds
+    ]
+    if not objects:
+        pytest.skip(f"{directory}: only monitoring objects, and their CRDs are unobtainable")
+    target = namespace if directory == "samples" else None
+    proc = dry_run(control_plane, objects, tmp_path / "objects.yaml", target)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr
+    applied = [line for line in proc.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert len(applied) == len(objects), proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("stack_crd")
+def test_dry_run_would_catch_a_broken_sample(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The dry run validates samples against the CRD: a misspelt field is refused."""
+    stack = pick(render("samples"), "Stack", "hello-file")
+    stack["spec"]["projectRepository"] = stack["spec"].pop("projectRepo")
+    proc = dry_run(control_plane, [stack], tmp_path / "broken.yaml", namespace)
+    assert proc.returncode != 0
+    assert "projectRepository" in proc.stderr

@@ -1,0 +1,291 @@
+"""The operator's RBAC is exactly README's Permissions table, and works with a real token.
+
+The table is the contract: each row names a rule and the code that needs it. The
+ClusterRole (all namespaces) and the single-namespace overlay's Role, each with the
+leader-election Role, must grant exactly its rows. Against the real apiserver, a token of
+the operator's ServiceAccount (``tests.testbed.rbac``) is allowed every row and refused
+every other verb on the same resources, and real calls shaped like the operator's succeed
+where a call outside the table gets 403.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.manifests.conftest import MANIFESTS, pick, render
+from tests.testbed.control_plane import ControlPlane
+from tests.testbed.rbac import SERVICE_ACCOUNT, operator_kubeconfig
+
+README = MANIFESTS.parent / "README.md"
+HEADER = "| API group | resource | verbs | why |"
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+LEADER_ELECTION = f"{SERVICE_ACCOUNT}-leader-election"
+GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
+
+Permission = tuple[str, str, str]  # (API group, resource, verb); the core group is ""
+
+
+def table() -> set[Permission]:
+    """README's Permissions table as (group, resource, verb) triples."""
+    lines = README.read_text().split("\n### Permissions\n", 1)[1].splitlines()
+    start = lines.index(HEADER) + 2  # the header and its --- row
+    found: set[Permission] = set()
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        group, resource, verbs, _why = (cell.strip() for cell in line.strip("|").split("|"))
+        group = group.strip("`")
+        for verb in re.findall(r"`(\w+)`", verbs):
+            found.add(("" if group == "core" else group, resource.strip("`"), verb))
+    return found
+
+
+def granted(role: dict[str, object]) -> set[Permission]:
+    """The triples a Role or ClusterRole grants (no wildcards or resourceNames allowed)."""
+    found: set[Permission] = set()
+    for rule in role["rules"]:  # type: ignore[attr-defined]
+        assert "resourceNames" not in rule
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+        found |= {
+            (group, resource, verb)
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+    return found
+
+
+def test_readme_table_is_read() -> None:
+    """The table parses into the operator's known rules (the parser is not vacuous)."""
+    rows = table()
+    assert ("pulumi.com", "stacks/status", "patch") in rows
+    assert ("", "secrets", "get") in rows
+    assert ("coordination.k8s.io", "leases", "update") in rows
+
+
+def test_cluster_role_is_the_table() -> None:
+    """ClusterRole + leader-election Role grant exactly the table, the Lease only by Role."""
+    objects = render("default")
+    cluster = granted(pick(objects, "ClusterRole", SERVICE_ACCOUNT))
+    leases = granted(pick(objects, "Role", LEADER_ELECTION))
+    assert cluster | leases == table()
+    assert not cluster & leases
+    assert {resource for _, resource, _ in leases} == {"leases"}
+
+
+def test_single_namespace_role_is_the_table() -> None:
+    """The overlay's Role + leader-election Role grant exactly the table, and no ClusterRole."""
+    objects = render("overlays/single-namespace")
+    assert not [obj for obj in objects if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
+    role = granted(pick(objects, "Role", SERVICE_ACCOUNT))
+    leases = granted(pick(objects, "Role", LEADER_ELECTION))
+    assert role | leases == table()
+    assert role == granted(pick(render("default"), "ClusterRole", SERVICE_ACCOUNT))
+
+
+# -- with the ServiceAccount's own token ---------------------------------------------------
+
+
+def can_i(api: client.ApiClient, permission: Permission, namespace: str | None) -> bool:
+    """A SelfSubjectAccessReview: what ``kubectl auth can-i`` asks."""
+    group, resource, verb = permission
+    resource, _, subresource = resource.partition("/")
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                group=group,
+                resource=resource,
+                subresource=subresource or None,
+                verb=verb,
+                namespace=namespace,
+            )
+        )
+    )
+    answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return answer.status is not None and bool(answer.status.allowed)
+
+
+def refused(permission: Permission) -> bool:
+    """Whether ``permission`` is outside the table (every verb of a listed resource)."""
+    return permission not in table()
+
+
+def all_verbs() -> list[Permission]:
+    """Every standard verb on every resource the table names."""
+    resources = {(group, resource) for group, resource, _ in table()}
+    return [(group, resource, verb) for group, resource in sorted(resources) for verb in VERBS]
+
+
+def new_namespace(api: client.ApiClient) -> str:
+    """A fresh namespace (left behind: namespaces never finish deleting here)."""
+    name = f"test-{secrets.token_hex(4)}"
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
+    return name
+
+
+@pytest.fixture
+def operator_api(control_plane: ControlPlane, namespace: str) -> Iterator[client.ApiClient]:
+    """An API client authenticated as the operator installed cluster-wide in ``namespace``."""
+    kubeconfig = operator_kubeconfig(control_plane, namespace)
+    api = control_plane.api_client(kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.mark.integration
+def test_cluster_wide_token_has_exactly_the_table(
+    operator_api: client.ApiClient, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Every table row is allowed in any namespace; every other verb on them is refused.
+
+    Leases are allowed only in the operator's own namespace.
+    """
+    elsewhere = new_namespace(api_client)
+    wrong = []
+    for permission in all_verbs():
+        lease = permission[1] == "leases"
+        for where in (namespace, elsewhere):
+            want = not refused(permission) and (where == namespace or not lease)
+            if can_i(operator_api, permission, where) != want:
+                wrong.append((permission, where, want))
+    assert wrong == []
+    assert can_i(operator_api, (GROUP, "stacks", "list"), None)  # all namespaces at once
+    assert not can_i(operator_api, ("", "secrets", "list"), None)
+
+
+@pytest.mark.integration
+def test_single_namespace_token_is_confined(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Installed for its own namespace, the token gets the table there and nothing elsewhere."""
+    elsewhere = new_namespace(api_client)
+    kubeconfig = operator_kubeconfig(control_plane, namespace, watch=[namespace])
+    wrong = []
+    with control_plane.api_client(kubeconfig) as api:
+        for permission in all_verbs():
+            if can_i(api, permission, namespace) == refused(permission):
+                wrong.append((permission, namespace))
+            if can_i(api, permission, elsewhere):
+                wrong.append((permission, elsewhere))
+        assert not can_i(api, (GROUP, "stacks", "list"), None)
+    assert wrong == []
+
+
+@pytest.mark.integration
+def test_installing_twice_changes_nothing(control_plane: ControlPlane, namespace: str) -> None:
+    """A second call for the same namespace succeeds and both tokens work (idempotent)."""
+    first = operator_kubeconfig(control_plane, namespace)
+    second = operator_kubeconfig(control_plane, namespace)
+    for kubeconfig in (first, second):
+        with control_plane.api_client(kubeconfig) as api:
+            assert can_i(api, (GROUP, "stacks", "watch"), None)
+
+
+def forbidden(call: object, *args: object, **kwargs: object) -> int:
+    """The HTTP status of a call expected to fail."""
+    assert callable(call)
+    with pytest.raises(client.ApiException) as info:
+        call(*args, **kwargs)
+    return int(info.value.status)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("stack_crd")
+def test_the_operators_calls_work_and_others_get_403(
+    operator_api: client.ApiClient, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Calls shaped like the operator's succeed with its token; others are 403 Forbidden."""
+    stack = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Stack",
+        "metadata": {"name": "s"},
+        "spec": {"stack": "dev"},
+    }
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, stack
+    )
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"k": "v"}),
+    )
+    objects = client.CustomObjectsApi(operator_api)
+    core = client.CoreV1Api(operator_api)
+    listed: Any = objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    assert (namespace, "s") in {
+        (s["metadata"]["namespace"], s["metadata"]["name"]) for s in listed["items"]
+    }
+    watched: Any = objects.list_cluster_custom_object(
+        GROUP, VERSION, PLURAL, watch=True, timeout_seconds=1, _preload_content=False
+    )
+    assert watched.status == 200
+    watched.release_conn()
+    finalizer = {"metadata": {"finalizers": ["finalizer.stack.pulumi.com"]}}
+    objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "s", finalizer)
+    objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "s", {"status": {"observedGeneration": 1}}
+    )
+    fresh: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "s")
+    assert fresh["status"]["observedGeneration"] == 1
+    assert core.read_namespaced_secret("creds", namespace).data
+    post_event(core, namespace)
+    take_lease(operator_api, namespace)
+
+    assert forbidden(core.list_namespaced_secret, namespace) == 403
+    assert forbidden(core.list_namespaced_config_map, namespace) == 403
+    assert (
+        forbidden(objects.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, "s")
+        == 403
+    )
+    assert (
+        forbidden(objects.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, stack)
+        == 403
+    )
+
+
+def post_event(core: client.CoreV1Api, namespace: str) -> None:
+    """Create an Event, then raise its count with a patch, as status/events.py does."""
+    now = datetime.datetime.now(datetime.UTC)
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name="s.1"),
+        involved_object=client.V1ObjectReference(
+            api_version=f"{GROUP}/{VERSION}", kind="Stack", name="s", namespace=namespace
+        ),
+        reason="Succeeded",
+        message="ok",
+        type="Normal",
+        count=1,
+        first_timestamp=now,
+        last_timestamp=now,
+    )
+    core.create_namespaced_event(namespace, event)
+    core.patch_namespaced_event(
+        "s.1",
+        namespace,
+        {"count": 2},
+        _content_type="application/strategic-merge-patch+json",
+    )
+
+
+def take_lease(api: client.ApiClient, namespace: str) -> None:
+    """Create, read and renew a Lease in the operator's namespace, as leader election does."""
+    leases = client.CoordinationV1Api(api)
+    lease = client.V1Lease(
+        metadata=client.V1ObjectMeta(name="pulumi-stack-operator"),
+        spec=client.V1LeaseSpec(holder_identity="me", lease_duration_seconds=60),
+    )
+    leases.create_namespaced_lease(namespace, lease)
+    held = leases.read_namespaced_lease("pulumi-stack-operator", namespace)
+    assert held.spec is not None
+    held.spec.renew_time = datetime.datetime.now(datetime.UTC)
+    leases.replace_namespaced_lease("pulumi-stack-operator", namespace, held)
