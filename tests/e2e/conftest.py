@@ -11,16 +11,11 @@ Secret whose value is a sentinel that must never show up in status, events, logs
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,13 +25,17 @@ from kubernetes import client
 
 from hack.test_assets import find_pulumi
 from tests.conftest import PROGRAMS
+from tests.e2e.agreement import assert_events_valid, assert_metrics_agree, forbidden
 from tests.status.invariants import StackWatcher
 from tests.testbed.control_plane import ControlPlane
 from tests.testbed.git_server import Checkout, GitServer
-from tests.testbed.process import free_port
+from tests.testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
+from tests.testbed.rbac import operator_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
+# Short periods so that scenarios finish in seconds; a test's own flags come later and win.
+E2E_FLAGS = ("--resync-period=2", "--update-retry-base=1", "--shutdown-timeout=30")
 
 
 class Sentinels:
@@ -70,86 +69,6 @@ class Program:
         return self.checkout.commit(files or {"README": message}, message)
 
 
-class Operator:
-    """The operator as a subprocess, restartable, with its log kept."""
-
-    def __init__(self, control_plane: ControlPlane, namespace: str, root: Path) -> None:
-        """Prepare (not start)."""
-        self._control_plane, self._namespace, self._root = control_plane, namespace, root
-        self.log = root / "operator.log"
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.extra: list[str] = []
-
-    def start(self, *extra: str) -> None:
-        """Start the operator (with the extra flags given, else those of the last start)."""
-        if extra:
-            self.extra = list(extra)
-        pulumi_bin = find_pulumi()
-        env = {
-            **os.environ,
-            "PATH": f"{pulumi_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_PYTHON_CMD": sys.executable,
-        }
-        argv = [
-            sys.executable, "-m", "controller",
-            f"--kubeconfig={self._control_plane.kubeconfig}",
-            f"--namespaces={self._namespace}",
-            f"--work-dir={self._root / 'work'}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address=127.0.0.1:0",
-            "--resync-period=2",
-            "--update-retry-base=1",
-            "--shutdown-timeout=30",
-            *self.extra,
-        ]  # fmt: skip
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int | None:
-        """Signal the operator and wait for it; returns its exit status.
-
-        SIGKILL takes every descendant with it (the Pulumi CLI and its plugins run in
-        sessions of their own), as a container's death does in Kubernetes.
-        """
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        family = descendants(proc.pid) if sig == signal.SIGKILL else []
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return proc.wait(timeout)
-
-    def metrics(self) -> str:
-        """The current /metrics text ('' if unreachable)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return str(response.read().decode())
-        except OSError:
-            return ""
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc), children first."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            found += [child, *descendants(child)]
-    return found
-
-
 class Stacks:
     """Create, read, patch and wait on Stacks in the test namespace."""
 
@@ -159,6 +78,7 @@ class Stacks:
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.backend = backend
+        self.watcher: StackWatcher | None = None  # set by the fixture
 
     def manifest(self, name: str, program: Program, **spec: Any) -> dict[str, Any]:
         """A Stack for the files program writing ``<backend>/../<name>.txt``."""
@@ -198,6 +118,13 @@ class Stacks:
             GROUP, VERSION, self.namespace, PLURAL, name
         )
         return obj
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every Stack of the namespace."""
+        listing: dict[str, Any] = self.api.list_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, self.namespace, PLURAL
+        )
+        return list(listing["items"])
 
     def patch(self, name: str, body: dict[str, Any]) -> None:
         """Merge-patch a Stack."""
@@ -333,10 +260,13 @@ def stacks(
     backend.mkdir(parents=True)
     with control_plane.api_client() as api, StackWatcher(api, namespace) as watcher:
         helper = Stacks(api, namespace, backend)
+        helper.watcher = watcher
         helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
         yield helper
-        # Every status the operator wrote, intermediate and final, keeps the rules G1-G18.
+        # Every status the operator wrote, intermediate and final, keeps the rules G1-G18;
+        # every Event is well formed (G21) and every Warning matches a condition (G19).
         watcher.assert_clean()
+        assert_events_valid(helper.core.list_namespaced_event(namespace).items)
         assert_warnings_match_conditions(helper, watcher)
 
 
@@ -371,14 +301,27 @@ def operator(
 ) -> Iterator[Operator]:
     """The operator process (started), stopped afterwards and its output scanned for secrets.
 
-    Every test using it ends by asserting that no sentinel secret appears in any status,
-    event, log line or metric of its namespace.
+    It authenticates as its ServiceAccount with the single-namespace RBAC of
+    ``manifests/`` (a TokenRequest token), so every scenario proves those permissions
+    suffice: the test fails on any 401/403 the operator got. While it still runs at the
+    end, its metrics must agree with the API and the watcher (G23, G24). Every test ends by
+    asserting that no sentinel secret appears in any status, event, log line or metric.
     """
-    op = Operator(control_plane, namespace, tmp_path)
+    op = Operator(
+        operator_kubeconfig(control_plane, namespace, watch=[namespace]),
+        tmp_path / "operator.log",
+        namespaces=[namespace],
+        work_dir=tmp_path / "work",
+        flags=(*E2E_FLAGS, f"--leader-election-namespace={namespace}"),
+        pulumi_bin=find_pulumi(),
+    )
     op.start()
     yield op
     metrics = op.metrics()
+    if op.proc is not None and op.proc.poll() is None and stacks.watcher is not None:
+        assert_metrics_agree(op.metrics, stacks.listing, namespace, stacks.watcher, op.started_at)
     op.stop(signal.SIGKILL)
+    assert not forbidden(metrics), f"the operator's API calls were refused: {forbidden(metrics)}"
     print(f"--- operator log ({op.log})\n{op.log.read_text()[-6000:]}")  # noqa: T201
     assert_no_leaks(stacks, sentinels, op.log.read_text(), metrics)
 

@@ -7,8 +7,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.agreement import api_states
 from tests.e2e.conftest import Operator, Program, Stacks
+from tests.test_readme import CODE, section, table
 from tests.testbed.control_plane import ControlPlane
 from tests.testbed.prometheus import Prometheus, check_metrics
 
@@ -87,16 +90,38 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
     operator: Operator,
     prometheus: Callable[[str], Prometheus],
 ) -> None:
-    """PromQL on pulumi_stack_condition matches the API; a deleted Stack's series vanish."""
+    """PromQL agrees with the API for every Stack; documented metrics exist; deletes clean up.
+
+    Three Stacks (Ready, Stalled, waiting): ``pulumi_stack_condition == 1`` in Prometheus
+    names exactly the status each condition has in the API (G23). Every metric the README
+    documents is exported with its documented labels and nothing else is (G26). A deleted
+    Stack's series vanish (G25).
+    """
     stacks.create(stacks.manifest("watched", program))
+    stacks.create(stacks.manifest("broken", program, envRefs={"X": {"type": "Env"}}))
+    stacks.create(stacks.manifest("blocked", program, prerequisites=[{"name": "absent"}]))
     stacks.wait_ready("watched")
+    stacks.wait_reason("broken", "Stalled", "InvalidSpec")
+    stacks.wait_reason("blocked", "Reconciling", "DependencyNotReady")
     scraper = prometheus(f"127.0.0.1:{operator.metrics_port}")
-    query = 'pulumi_stack_condition{name="watched",type="Ready",status="True"}'
-    assert [r["value"][1] for r in scraper.wait_for(query)] == ["1"]
-    other = 'pulumi_stack_condition{name="watched",type="Ready",status!="True"}'
-    assert {r["value"][1] for r in scraper.query(other)} == {"0"}
+    shown = api_states(stacks.get(n) for n in ("watched", "broken", "blocked"))
+
+    def scraped() -> dict[tuple[str, str], list[str]]:
+        ones = scraper.query(f'pulumi_stack_condition{{namespace="{stacks.namespace}"}} == 1')
+        found: dict[tuple[str, str], list[str]] = {}
+        for series in ones:
+            labels = series["metric"]
+            found.setdefault((labels["name"], labels["type"]), []).append(labels["status"])
+        return found
+
+    deadline = time.monotonic() + 30
+    while scraped() != shown and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert scraped() == shown
+    assert len(shown) == 9  # three Stacks, three types each
     lint = check_metrics(operator.metrics())
     assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert_documented_metrics_exported(operator.metrics())
 
     stacks.delete("watched")
     deadline = time.monotonic() + 60
@@ -104,7 +129,41 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
         assert time.monotonic() < deadline, "series of the deleted Stack still exported"
         time.sleep(0.5)
     time.sleep(3)  # two scrapes
-    assert scraper.query(f"{query} == 1") == []
+    assert scraper.query('pulumi_stack_condition{name="watched"}') == []
+
+
+def documented_metrics() -> dict[str, set[str]]:
+    """Metric name -> label names, from the README's two metrics tables (G26)."""
+    documented: dict[str, set[str]] = {}
+    for heading in ("### Stack metrics", "### Controller metrics"):
+        for row in table(section(heading), "| metric | type | labels"):
+            labels = set(CODE.findall(re.sub(r"\([^)]*\)", "", row[2])))
+            for name in CODE.findall(row[0]):
+                documented[name] = labels
+    return documented
+
+
+def exported_metrics(text: str) -> dict[str, set[str]]:
+    """Metric name (counters with _total) -> label names, from a /metrics exposition."""
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith(("process_", "python_", "platform_")):
+            continue  # the client library's standard collectors
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for sample in family.samples for k in sample.labels if k != "le"}
+        exported[name] = labels
+    return exported
+
+
+def assert_documented_metrics_exported(text: str) -> None:
+    """The README's metrics tables and the exported families agree, names and labels."""
+    documented, exported = documented_metrics(), exported_metrics(text)
+    assert set(documented) == set(exported), (
+        f"undocumented: {set(exported) - set(documented)}; "
+        f"not exported: {set(documented) - set(exported)}"
+    )
+    for name, labels in documented.items():
+        assert exported[name] == labels, f"{name}: documented {labels}, exported {exported[name]}"
 
 
 def test_idle_ready_stacks_cost_no_writes_and_no_events(

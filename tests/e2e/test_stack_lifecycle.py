@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pulumi import automation as auto
@@ -281,3 +282,32 @@ def test_a_lock_held_by_another_live_update_is_waited_for(
         holder.join(120)
     stacks.wait_ready("locked", timeout=180)
     assert stacks.target("locked").read_text() == "one"
+
+
+def test_a_long_update_shows_live_progress_then_its_conclusion(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """A slow update shows its step live; the conclusion replaces it for good.
+
+    While it runs, ``status.progress`` and the Reconciling message show the step and the
+    resource counts; once Ready, both are gone and no late progress write follows.
+    """
+    del operator
+    config = {"path": str(stacks.target("slow")), "content": "one", "delay": "8"}
+    stacks.create(stacks.manifest("slow", program, config=config))
+
+    def shows_progress(obj: dict[str, Any]) -> bool:
+        progress = obj.get("status", {}).get("progress") or {}
+        reconciling = find(obj, "Reconciling") or {}
+        return bool(progress.get("resourcesTotal")) and "resources done" in str(
+            reconciling.get("message")
+        )
+
+    running = stacks.wait("slow", shows_progress, "live progress", timeout=60)
+    assert running["status"]["progress"]["step"]
+    assert find(running, "Ready")["status"] == "Unknown"  # type: ignore[index]
+    done = stacks.wait_ready("slow")
+    assert "progress" not in done["status"]
+    assert find(done, "Reconciling") is None
+    time.sleep(6)  # longer than the writer's progress interval: nothing late arrives
+    assert stacks.get("slow")["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]

@@ -57,12 +57,15 @@ every violation by object, resourceVersion, rule id and detail.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import datetime
+import itertools
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self, cast
@@ -663,6 +666,8 @@ class Observation:
     event: str  # LISTED (a list or relist), ADDED, MODIFIED or DELETED
     obj: Obj
     violations: tuple[Violation, ...]
+    after_gap: bool = False  # versions may have been missed just before this one
+    seen_at: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def resource_version(self) -> str:
@@ -838,7 +843,8 @@ class StackWatcher:
         with self._lock:
             history = self._history.setdefault(name, [])
             previous = history[-1].obj if history and not gap else None
-            history.append(Observation(event, snapshot, tuple(check(snapshot, previous))))
+            violations = tuple(check(snapshot, previous))
+            history.append(Observation(event, snapshot, violations, after_gap=gap))
             if event == "DELETED":
                 self._gone.add(name)
             else:
@@ -870,6 +876,28 @@ class StackWatcher:
         """Every recorded version of Stack ``name``, oldest first."""
         with self._lock:
             return list(self._history.get(name, ()))
+
+    def transitions(self, since: float = 0.0) -> collections.Counter[tuple[str, str, str]]:
+        """Condition flips seen in versions recorded at or after ``since`` (monotonic time).
+
+        A flip is a condition that appeared or changed ``status`` from one version to the
+        next — exactly when ``lastTransitionTime`` must move — counted by (type, new status,
+        new reason) over all Stacks, as the operator's transition counter counts them.
+        Versions after a gap are not compared.
+        """
+        flips: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        with self._lock:
+            histories = [list(h) for h in self._history.values()]
+        for history in histories:
+            for before, after in itertools.pairwise(history):
+                if after.seen_at < since or after.after_gap or after.event == "DELETED":
+                    continue
+                old, new = _View.of(before.obj), _View.of(after.obj)
+                for type_ in (READY, RECONCILING, STALLED):
+                    now = new.condition(type_)
+                    if now is not None and old.state(type_) != now.get("status"):
+                        flips[(type_, str(now.get("status")), str(now.get("reason")))] += 1
+        return flips
 
     def versions(self, name: str) -> list[Obj]:
         """Every recorded object version of Stack ``name``, oldest first."""

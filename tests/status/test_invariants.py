@@ -7,6 +7,7 @@ status and break one thing, so that each rule is shown to be able to fail.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import itertools
 import time
@@ -605,3 +606,41 @@ def test_the_watcher_sees_every_version_and_reports_exactly_the_bad_one(
     assert watcher.final_check() == []
     with pytest.raises(AssertionError, match=rf"resourceVersion {written[2]}\) G7: Reconciling"):
         watcher.assert_clean()
+
+
+def flips_of(*statuses: Status) -> collections.Counter[tuple[str, str, str]]:
+    """(type, status, reason) of every condition that appears in or changes across ``statuses``."""
+    found: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    before: dict[str, str] = {}
+    for status in statuses:
+        for x in status.get("conditions", []):
+            if before.get(x["type"]) != x["status"]:
+                found[(x["type"], x["status"], x["reason"])] += 1
+        before = {x["type"]: x["status"] for x in status.get("conditions", [])}
+    return found
+
+
+def test_transitions_count_appearances_and_status_flips_not_message_changes(
+    watcher: StackWatcher,
+) -> None:
+    """The watcher counts what the operator's transition counter must have counted."""
+    watcher.observe("ADDED", stack())
+    watcher.observe("MODIFIED", stack(START, rv="2"))
+    watcher.observe("MODIFIED", stack(DONE, rv="3"))
+    watcher.observe("MODIFIED", stack(edit(DONE, "Ready", message="reworded"), rv="4"))
+    expected = flips_of(START, DONE)
+    assert watcher.transitions() == expected
+    assert sum(expected.values()) >= 3  # Ready twice, Reconciling at least once
+    assert ("Ready", "True", str(Reason.SUCCEEDED)) in expected
+
+
+def test_transitions_skip_versions_seen_before_since_and_after_a_gap(
+    watcher: StackWatcher,
+) -> None:
+    """Only versions recorded from ``since`` on count, and never one right after a gap."""
+    watcher.observe("ADDED", stack())
+    watcher.observe("MODIFIED", stack(START, rv="2"))
+    since = time.monotonic()
+    watcher.observe("LISTED", stack(DONE, rv="7"), gap=True)
+    assert watcher.transitions() == flips_of(START)
+    assert watcher.transitions(since) == collections.Counter()
