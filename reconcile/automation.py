@@ -55,7 +55,7 @@ log = structlog.get_logger(__name__)
 Operation = Literal["up", "preview", "refresh", "destroy"]
 Step = Literal["refresh", "update", "preview", "destroy"]
 # Where a failure happened; decides how an ambiguous CLI error is classified.
-Phase = Literal["project", "select", "config", "refresh", "update", "preview", "destroy"]
+Phase = Literal["project", "select", "config", "refresh", "update", "preview", "destroy", "cancel"]
 
 MASK = "[secret]"  # what replaces a secret value
 MESSAGE_LIMIT = 4096  # characters of Outcome.message
@@ -295,6 +295,22 @@ class Runner:
             bound.warning("Cleared stale stack lock", lock=str(info))
         return True
 
+    def cancel(self, request: UpdateRequest) -> bool:
+        """Cancel the stack's update in flight (``pulumi cancel --yes``); False if that failed.
+
+        Only for an update the caller knows to be dead: the backend marks it cancelled and
+        releases the stack's lock, whoever holds it.
+        """
+        attempt = _Attempt(self, request, "up", threading.Event(), lambda _progress: None)
+        try:
+            attempt.cancel(attempt.open_stack(create=False))
+        except _StepFailedError as failure:
+            log.warning(
+                "Cancelling the stack's update failed", error=attempt.failed(failure).message
+            )
+            return False
+        return True
+
     def lock_info(self, request: UpdateRequest, stderr: str = "") -> LockInfo:
         """Describe who holds the stack's lock: the lock file, else the CLI's error text."""
         with contextlib.suppress(_StepFailedError):
@@ -481,6 +497,11 @@ class _Attempt:
             _managed_keys_file(self.request).unlink(missing_ok=True)
         changes = _changes(result.summary.resource_changes) or observer.changes
         return self.succeeded(changes=changes, stdout=result.stdout)
+
+    def cancel(self, stack: auto.Stack) -> None:
+        """``pulumi cancel --yes``: end the stack's update in flight, releasing its lock."""
+        with self._phase("cancel"):
+            stack.cancel()
 
     # outcomes ----------------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
     settings = Settings(
         work_root=work_root,
         default_backend=cfg.default_backend,
+        identity=cfg.identity,
+        sole_runner=cfg.leader_elect,
         policy=decide.Policy(
             retry_base_delay=cfg.update_retry_base, max_update_failures=cfg.max_update_failures
         ),

@@ -91,6 +91,10 @@ class Settings:
     default_backend: str | None = None  # used when spec.backend is empty
     policy: decisions.Policy = dataclasses.field(default_factory=decisions.Policy)
     wait_poll: float = 30.0  # seconds between checks for a Secret, prerequisite or lock
+    identity: str = ""  # this operator instance (host_pid), recorded in status.currentUpdate
+    # True when leader election guarantees that no other instance of this operator runs
+    # updates: an update another instance started and never concluded is then dead.
+    sole_runner: bool = False
 
 
 def _now() -> datetime.datetime:
@@ -210,6 +214,7 @@ class StackReconciler:
         operation = "preview" if spec.preview else "up"
         log.info("Run due", why=decision.why, operation=operation, commit=observed.commit)
         started = self._clock()
+        orphaned = self._orphaned(observed.status)
         self._report_start(key, obj, observed, operation, started)
         try:
             request = self._request(key, spec, observed, secrets, credentials)
@@ -222,7 +227,7 @@ class StackReconciler:
             return self._source_failed(key, obj, observed.generation, err, running=True)
         progress = _ProgressReporter(self._writer, key, observed.generation, operation)
         try:
-            outcome = self._operate(self._runner.run, request, progress, stop)
+            outcome = self._operate(self._runner.run, request, progress, stop, orphaned=orphaned)
         finally:
             progress.close()
         return self._report_outcome(key, obj, spec, observed, decision, outcome)
@@ -233,11 +238,17 @@ class StackReconciler:
         request: UpdateRequest,
         on_progress: Callable[[Progress], None],
         stop: threading.Event,
+        *,
+        orphaned: bool = False,
     ) -> Outcome:
-        """Run ``operation``; once more after clearing a stale lock of ours; record metrics."""
+        """Run ``operation``; once more after releasing a dead update's lock; record metrics.
+
+        ``orphaned``: the Stack's last update was started by another instance of this
+        operator, which is gone (see ``_orphaned``).
+        """
         outcome = operation(request, on_progress=on_progress, stop=stop)
-        if outcome.error is ErrorKind.CONFLICT and self._runner.clear_stale_lock(request):
-            log.warning("Cleared a stale lock left by a dead update of this operator")
+        conflict = outcome.error is ErrorKind.CONFLICT
+        if conflict and self._release_dead_lock(request, orphaned=orphaned):
             outcome = operation(request, on_progress=on_progress, stop=stop)
         self._metrics.observe_update(
             outcome.operation,
@@ -246,6 +257,27 @@ class StackReconciler:
             outcome.resource_changes,
         )
         return outcome
+
+    def _orphaned(self, status: Mapping[str, Any]) -> bool:
+        """Whether the update in ``status`` was left by another, now gone, operator instance.
+
+        Only with leader election (``sole_runner``): a leader that loses its Lease stops
+        its updates before another replica can take the Lease, so an update recorded by
+        another instance and never concluded died with that instance (a pod replaced after
+        a crash, an OOM kill or a node loss).
+        """
+        runner = (status.get("currentUpdate") or {}).get("operator")
+        return bool(self._settings.sole_runner and runner and runner != self._settings.identity)
+
+    def _release_dead_lock(self, request: UpdateRequest, *, orphaned: bool) -> bool:
+        """Release the stack's lock if a dead update of this operator holds it."""
+        if self._runner.clear_stale_lock(request):
+            log.warning("Cleared a stale lock left by a dead update of this operator")
+            return True
+        if orphaned and self._runner.cancel(request):
+            log.warning("Cancelled the update a gone instance of this operator left locked")
+            return True
+        return False
 
     def _request(
         self,
@@ -418,6 +450,8 @@ class StackReconciler:
             "type": operation,
             "startTime": cond.now_rfc3339(started),
         }
+        if self._settings.identity:
+            current["operator"] = self._settings.identity
         if observed.requests.label:
             current["reconcileRequest"] = observed.requests.label
 

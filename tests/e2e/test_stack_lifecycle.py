@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -311,3 +312,34 @@ def test_a_long_update_shows_live_progress_then_its_conclusion(
     assert find(done, "Reconciling") is None
     time.sleep(6)  # longer than the writer's progress interval: nothing late arrives
     assert stacks.get("slow")["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]
+
+
+def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
+    stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """The leader cancels an update that a dead instance on another host left locked.
+
+    SIGKILL mid-update, then the lock is rewritten to name another host, as when the pod
+    was replaced (the local stale-lock rule cannot apply). The update recorded in
+    status.currentUpdate by another instance of the operator is dead, because a leader
+    stops its updates before it loses the Lease: the new leader cancels it and converges.
+    (Without leader election a lock from another host is never broken:
+    test_a_lock_held_by_another_live_update_is_waited_for.)
+    """
+    config = {"path": str(stacks.target("orphan")), "content": "slow", "delay": "20"}
+    stacks.create(stacks.manifest("orphan", program, config=config))
+    running = stacks.wait(
+        "orphan", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running"
+    )
+    assert running["status"]["currentUpdate"]["operator"]
+    time.sleep(4)  # the CLI is inside the slow resource now, holding the lock
+    operator.stop(signal.SIGKILL)
+    (lock,) = stacks.backend.glob(".pulumi/locks/**/*.json")
+    lock.write_text(lock.read_text().replace(socket.gethostname(), "pulumi-stack-operator-gone"))
+
+    operator.start("--leader-elect")
+    stacks.wait_ready("orphan", timeout=180)
+    assert stacks.target("orphan").read_text() == "slow"
+    assert "Cancelled the update a gone instance of this operator left locked" in (
+        operator.log.read_text()
+    )
