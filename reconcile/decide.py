@@ -10,8 +10,10 @@ A run is due, in this order, when:
    an edited ``commit``);
 5. the last attempt was interrupted (operator shutdown) — at once;
 6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
-   ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, in
-   which case the Stack is Stalled until one of 2-4 happens;
+   ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
+   the failure was one that needs a change (the run left the Stack Stalled with
+   ``ProgramInvalid`` or ``StackNotFound``), in which case nothing runs until one of 2-4
+   happens;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
 Otherwise nothing is due and the answer says when to look again (the next branch poll or
@@ -26,8 +28,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconcile.spec import StackSpec
+from status.conditions import STALLED, Reason, get_condition
 
 NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
+# Run failures that no retry can mend: the program or the stack must change first.
+NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND})
 RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
 FRESH_REASONS = frozenset({NEW_GENERATION, REQUESTED, NEW_COMMIT})
 
@@ -150,12 +155,24 @@ def _after_failure(
 ) -> Decision:
     if last.get("interrupted"):
         return Decision(INTERRUPTED)
+    if _stalled_by_the_run(observed.status):
+        return Decision(requeue_after=_poll(spec))
     failures = int(last.get("failures") or 0)
     if failures >= policy.max_update_failures:
         return Decision(requeue_after=_poll(spec), exhausted=True)
     ended = parse_time(last.get("lastResyncTime")) or observed.now
     wait = backoff(failures, spec, policy) - (observed.now - ended).total_seconds()
     return Decision(RETRY) if wait <= 0 else Decision(requeue_after=wait)
+
+
+def _stalled_by_the_run(status: Mapping[str, Any]) -> bool:
+    """The last run's failure stalled the Stack: retrying the same inputs cannot help."""
+    stalled = get_condition(status, STALLED)
+    return (
+        stalled is not None
+        and stalled.get("status") == "True"
+        and stalled.get("reason") in NEEDS_A_CHANGE
+    )
 
 
 def _after_success(spec: StackSpec, observed: Observed, last: Mapping[str, Any]) -> Decision:

@@ -107,6 +107,22 @@ def test_failure_cap_stops_retries_until_something_changes() -> None:
     assert decide(spec(), observe(status, commit="c2"), POLICY).fresh
 
 
+@pytest.mark.parametrize("reason", ["ProgramInvalid", "StackNotFound"])
+def test_a_run_that_stalled_is_not_retried_until_something_changes(reason: str) -> None:
+    """ProgramInvalid/StackNotFound from a run: no retry on backoff; a push runs again."""
+    stalled = {"type": "Stalled", "status": "True", "reason": reason, "message": "m"}
+    status = {
+        "lastUpdate": last(state="failed", failures=1, lastResyncTime="2026-01-01T10:00:00Z"),
+        "conditions": [stalled],
+    }
+    waiting = decide(spec(), observe(status), POLICY)
+    assert (waiting.due, waiting.exhausted) == (False, False)
+    assert waiting.requeue_after == 60  # the branch poll, not a retry
+    assert decide(spec(), observe(status, commit="c2"), POLICY).fresh
+    retried = {**status, "conditions": [{**stalled, "reason": "SecretNotFound"}]}
+    assert decide(spec(), observe(retried), POLICY).why == "retry"
+
+
 def test_continue_resync_runs_again_after_the_period() -> None:
     """ContinueResyncOnCommitMatch re-runs an unchanged Stack once the period passed."""
     s = spec(continueResyncOnCommitMatch=True, resyncFrequencySeconds=60)
