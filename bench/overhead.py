@@ -1,0 +1,152 @@
+"""Overhead: an operator-driven ``pulumi up`` against the same ``up`` with the bare CLI.
+
+Two stacks of the same ``files`` program share the test bed's ``file://`` backend: one is a
+Stack reconciled by the operator (2 workers, nothing else to do), the other a copy of the
+program driven by hand with the CLI. After one warm-up update each, every run changes the
+program's ``content`` config on both sides (one resource updated), alternating which side
+goes first. Times, all wall clock:
+
+- ``cli_up_s``: ``pulumi up --yes --skip-preview --non-interactive`` from spawn to exit, the
+  config already set (``cli_config_s``: the ``pulumi config set`` before it, not counted);
+- ``op_e2e_s``: from just before the Stack's spec PATCH until the bench's watch sees
+  ``Ready=True`` for the new generation: queueing, status writes, the source checkout, and
+  the Automation API's ``stack select --create``, ``config set-all``, ``up``,
+  ``stack output`` and ``stack history`` — everything the user waits for;
+- ``op_run_s``: the operator's own ``status.history[0].durationSeconds`` of that run, from
+  the Automation API attempt's start to its end (select, config, up, outputs), without
+  queueing, checkout and status writes.
+
+Ratios are of the medians over the runs, all measured in this one run: ``ratio_e2e`` =
+``op_e2e_s / cli_up_s`` (the headline, judged against the 1.10 target), ``ratio_run`` =
+``op_run_s / cli_up_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client
+
+from bench.context import Context
+from bench.fleet import GROUP, PLURAL, VERSION, manifest, stack_spec
+from bench.operator import Operator
+from bench.stats import Summary, median
+from bench.testbed import PROGRAM, TestBed
+from bench.watch import StackWatch, ready
+from tests.testbed.pulumi_env import PulumiEnv
+
+UPDATE_TIMEOUT = 300.0
+
+
+class BareCli:
+    """A copy of the program and a stack in it, driven by the plain ``pulumi`` CLI."""
+
+    def __init__(self, bed: TestBed, stack: str) -> None:
+        """Copy the program and make a Pulumi environment on the test bed's backend."""
+        suffix = secrets.token_hex(3)
+        self.dir = shutil.copytree(PROGRAM, bed.root / f"cli-program-{suffix}")
+        home = bed.root / f"cli-home-{suffix}"
+        home.mkdir()
+        pulumi = PulumiEnv(bin_dir=bed.pulumi_bin, home=home, backend_dir=bed.backend)
+        self.env = {**os.environ, **pulumi.env}
+        self.stack = stack
+
+    def __call__(self, *args: str) -> float:
+        """Run ``pulumi <args> --stack <stack>``; returns its wall time (s)."""
+        argv = ["pulumi", *args, "--stack", self.stack, "--non-interactive"]
+        started = time.monotonic()
+        done = subprocess.run(
+            argv, cwd=self.dir, env=self.env, capture_output=True, text=True, check=False
+        )
+        took = time.monotonic() - started
+        if done.returncode != 0:
+            msg = f"{' '.join(args)} failed: {done.stderr.strip()[-2000:]}"
+            raise RuntimeError(msg)
+        return took
+
+    def init(self, path: Path) -> None:
+        """Create the stack and its config."""
+        argv = ["pulumi", "stack", "init", self.stack, "--non-interactive"]
+        subprocess.run(argv, cwd=self.dir, env=self.env, capture_output=True, check=True)
+        self("config", "set", "path", str(path))
+
+
+def run(ctx: Context) -> Summary:
+    """Interleave operator and CLI updates; one summary line with medians and ratios."""
+    bed = ctx.bed
+    namespace = bed.namespace("overhead")
+    cli = BareCli(bed, f"cli-{secrets.token_hex(3)}")
+    cli.init(bed.backend.parent / f"{cli.stack}.txt")
+    with StackWatch(bed.api, namespace) as watch, Operator(bed, namespace):
+        sides = _Sides(ctx, watch, cli, namespace)
+        ctx.progress("overhead: warm-up update on each side")
+        sides.warm_up()
+        for index in range(1, ctx.scale.overhead_runs + 1):
+            ctx.progress(f"overhead: run {index} of {ctx.scale.overhead_runs}")
+            order = [sides.operator, sides.cli]
+            for side in order if index % 2 else reversed(order):
+                side(f"v{index}")
+    return sides.summary()
+
+
+class _Sides:
+    """The two sides of the comparison and the times they took."""
+
+    def __init__(self, ctx: Context, watch: StackWatch, cli: BareCli, namespace: str) -> None:
+        self._api = client.CustomObjectsApi(ctx.bed.api)
+        self._bed, self._watch, self._cli, self._namespace = ctx.bed, watch, cli, namespace
+        self._name = f"op-{secrets.token_hex(3)}"
+        self.samples: dict[str, list[float]] = {"e2e": [], "run": [], "cli": [], "config": []}
+
+    def warm_up(self) -> None:
+        """Create the Stack and the CLI's first update (untimed)."""
+        spec = stack_spec(self._bed, self._name, content="v0")
+        self._api.create_namespaced_custom_object(
+            GROUP, VERSION, self._namespace, PLURAL, manifest(self._name, spec)
+        )
+        self._watch.wait_for(ready(self._name, 1), UPDATE_TIMEOUT)
+        self._cli("config", "set", "content", "v0")
+        self._cli("up", "--yes", "--skip-preview")
+
+    def operator(self, content: str) -> None:
+        """Patch the Stack's config; time until Ready for the new generation."""
+        body = {"spec": {"config": {"content": content}}}
+        sent = time.monotonic()
+        obj = cast(
+            "dict[str, Any]",
+            self._api.patch_namespaced_custom_object(
+                GROUP, VERSION, self._namespace, PLURAL, self._name, body
+            ),
+        )
+        generation = int(obj["metadata"]["generation"])
+        seen = self._watch.wait_for(ready(self._name, generation), UPDATE_TIMEOUT)
+        self.samples["e2e"].append(seen.arrived - sent)
+        self.samples["run"].append(float(seen.obj["status"]["history"][0]["durationSeconds"]))
+
+    def cli(self, content: str) -> None:
+        """Set the config with the CLI (timed apart), then time ``pulumi up``."""
+        self.samples["config"].append(self._cli("config", "set", "content", content))
+        self.samples["cli"].append(self._cli("up", "--yes", "--skip-preview"))
+
+    def summary(self) -> Summary:
+        """Medians and ratios."""
+        samples = self.samples
+        e2e, run, up = (median(samples[k]) for k in ("e2e", "run", "cli"))
+        return Summary.of(
+            "overhead",
+            runs=len(samples["cli"]),
+            op_e2e_s=e2e,
+            op_run_s=run,
+            cli_up_s=up,
+            cli_config_s=median(samples["config"]),
+            ratio_e2e=e2e / up,
+            ratio_run=run / up,
+            op_e2e_min_s=min(samples["e2e"]),
+            cli_up_min_s=min(samples["cli"]),
+        )

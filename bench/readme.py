@@ -1,0 +1,306 @@
+"""The README's benchmark table, generated from summary lines; nothing else writes it.
+
+``render`` turns the lines of one run (``bench=<name> key=value ...``) into Markdown: a
+sentence on the machine and its load, one table row per benchmark (what was measured, the
+result, the design target and whether it was met), notes on method, and the lines
+themselves. ``rewrite`` replaces exactly the text between ``<!-- bench:start -->`` and
+``<!-- bench:end -->`` in the README and leaves every other byte alone.
+
+``python -m bench.readme [results]`` (default ``bench/results.txt``) rewrites the README
+from a results file, e.g. after editing this renderer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from bench.stats import Summary
+
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+TIMES = "\N{MULTIPLICATION SIGN}"
+README = Path(__file__).resolve().parents[1] / "README.md"
+RESULTS = Path(__file__).resolve().parent / "results.txt"
+
+Row = tuple[str, str, str, str]  # benchmark, what is measured, result, target
+
+
+def load(path: Path) -> dict[str, Summary]:
+    """The summary lines of a results file, by benchmark name (the last line wins)."""
+    found: dict[str, Summary] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        summary = Summary.parse(line)
+        if summary is not None:
+            found[summary.name] = summary
+    return found
+
+
+def rewrite(readme: Path, block: str) -> None:
+    """Replace the text between the markers of ``readme`` with ``block``."""
+    text = readme.read_text(encoding="utf-8")
+    head, start, rest = text.partition(START)
+    _, end, tail = rest.partition(END)
+    if not start or not end:
+        msg = f"{readme} lacks the {START} … {END} markers"
+        raise ValueError(msg)
+    readme.write_text(f"{head}{START}\n{block.strip()}\n{END}{tail}", encoding="utf-8")
+
+
+# -- number formatting ------------------------------------------------------------------
+
+
+def _n(value: float, digits: int = 0) -> str:
+    """``1,000``-style numbers; ``?`` for a missing value."""
+    if math.isnan(value):
+        return "?"
+    return f"{value:,.{digits}f}"
+
+
+def _sig(value: float) -> str:
+    """Two significant digits at most, never in scientific notation."""
+    if math.isnan(value):
+        return "?"
+    if value == 0:
+        return "0"
+    digits = 0 if abs(value) >= 10 else 1 if abs(value) >= 1 else 2
+    return _n(value, digits)
+
+
+def _met(ok: bool) -> str:  # noqa: FBT001 - a verdict, read aloud
+    return "**met**" if ok else "**not met**"
+
+
+def _sizes(summary: Summary, pattern: str) -> list[int]:
+    """The numbers N of keys matching ``pattern`` (one group), ascending."""
+    return sorted({int(m.group(1)) for key in summary.fields if (m := re.fullmatch(pattern, key))})
+
+
+# -- one row per benchmark ----------------------------------------------------------------
+
+
+def _latency(s: Summary) -> Row:
+    sizes = _sizes(s, r"n(\d+)_p99_ms")
+    result = " · ".join(
+        f"{_n(n)} Stack{'s' if n > 1 else ''}: {_sig(s.get(f'n{n}_p50_ms'))} / "
+        f"{_sig(s.get(f'n{n}_p99_ms'))} ms"
+        for n in sizes
+    )
+    largest = sizes[-1] if sizes else 0
+    verdict = (
+        _met(s.get(f"n{largest}_p99_ms") < 250) if largest >= 1000 else "not measured at 1,000"
+    )
+    what = (
+        "spec PATCH sent → the bench's watch sees `Reconciling=True` with the new "
+        f"`observedGeneration`; p50 / p99 of {_n(s.get('samples'))} changes, fleet of "
+        "idle Ready Stacks, default flags"
+    )
+    return ("status latency", what, result, f"p99 < 250 ms at 1,000: {verdict}")
+
+
+def _idle(s: Summary) -> Row:
+    what = (
+        f"{_n(s.get('stacks'))} Ready Stacks, `--resync-period={_n(s.get('resync_s'))}`, "
+        f"{_n(s.get('window_s'))} s window ({_n(s.get('reconciles'))} re-evaluations)"
+    )
+    result = (
+        f"{_n(s.get('status_writes'))} status writes, {_n(s.get('stack_writes'))} Stack "
+        f"versions, {_n(s.get('events'))} Events; {_sig(s.get('api_per_stack_hour'))} API "
+        f"requests per Stack per hour; operator CPU {_sig(s.get('cpu_pct'))} % of a core"
+    )
+    quiet = s.get("status_writes") == 0 and s.get("events") == 0 and s.get("stack_writes") == 0
+    return ("idle cost", what, result, f"0 writes, 0 Events: {_met(quiet)}")
+
+
+def _overhead(s: Summary) -> Row:
+    what = (
+        f"`files` program, one resource updated; medians of {_n(s.get('runs'))} runs per "
+        "side, interleaved"
+    )
+    result = (
+        f"operator {_sig(s.get('op_e2e_s'))} s (patch → Ready), of which its Automation API "
+        f"run {_sig(s.get('op_run_s'))} s; bare `pulumi up` {_sig(s.get('cli_up_s'))} s → "
+        f"**{s.get('ratio_e2e'):.2f}{TIMES}** (the run alone {s.get('ratio_run'):.2f}{TIMES})"
+    )
+    return ("overhead", what, result, f"≤ 1.10{TIMES}: {_met(s.get('ratio_e2e') <= 1.10)}")
+
+
+def _memory(s: Summary) -> Row:
+    sizes = _sizes(s, r"n(\d+)_rss_mib")
+    result = " · ".join(
+        f"{'empty' if n == 0 else _n(n)}: {_n(s.get(f'n{n}_rss_mib'))} MiB" for n in sizes
+    )
+    result += (
+        f" (≈ {_sig(s.get('per_stack_kib'))} KiB per Stack; one Stack is "
+        f"{_sig(s.get('obj_kib'))} KiB of JSON)"
+    )
+    at_1000 = s.get("n1000_rss_mib") * 1.048576  # MiB → MB
+    verdict = _met(at_1000 < 200) if not math.isnan(at_1000) else "not measured at 1,000"
+    what = "operator RSS (`VmRSS`) after it has evaluated every cached Stack"
+    return ("memory", what, result, f"< 200 MB at 1,000: {verdict}")
+
+
+def _parallel(s: Summary) -> Row:
+    workers = _sizes(s, r"w(\d+)_per_min")
+    rates = " · ".join(
+        f"{w} worker{'s' if w > 1 else ''}: {_sig(s.get(f'w{w}_per_min'))}/min" for w in workers
+    )
+    busy = " / ".join(_n(s.get(f"w{w}_busy_pct")) for w in workers)
+    cpu = " / ".join(_sig(s.get(f"w{w}_cpu_s")) for w in workers)
+    what = (
+        f"{_n(s.get('updates'))} new Stacks at once, each update sleeping "
+        f"{_n(s.get('delay_s'))} s in its provider; `--workers` "
+        + ", ".join(str(w) for w in workers)
+    )
+    result = f"{rates}; CPU s per update {cpu}; machine CPUs busy {busy} %"
+    return ("parallel updates", what, result, "scales with workers until the CPU is the limit")
+
+
+def _startup(s: Summary) -> Row:
+    what = (
+        f"process start → probes answer → cache synced → all {_n(s.get('stacks'))} Stacks "
+        "evaluated (no run due)"
+    )
+    result = (
+        f"{_sig(s.get('serving_s'))} s → {_sig(s.get('synced_s'))} s → "
+        f"{_sig(s.get('evaluated_s'))} s; {_n(s.get('api_calls'))} API calls "
+        f"({_n(s.get('api_get'))} GET); then {_n(s.get('status_writes'))} status writes, "
+        f"{_n(s.get('stack_writes'))} Stack versions, {_n(s.get('events'))} Events"
+    )
+    return ("start-up", what, result, "—")
+
+
+ROWS: dict[str, Callable[[Summary], Row]] = {
+    "latency": _latency,
+    "idle": _idle,
+    "overhead": _overhead,
+    "memory": _memory,
+    "parallel": _parallel,
+    "startup": _startup,
+}
+
+
+# -- the block ----------------------------------------------------------------------------
+
+
+def _header(results: Mapping[str, Summary]) -> str:
+    m = results.get("machine")
+    if m is None:
+        return "Machine: not recorded."
+    minutes = m.get("duration_s") / 60
+    return (
+        f"Last run {m.text('date')}: {_n(m.get('cores'))} cores ({m.text('cpu')}), Python "
+        f"{m.text('python')}, scale {m.text('scale')}. The machine is shared: 1-minute load "
+        f"average {m.get('load1_start'):.2f} at the start, {m.get('load1_mean'):.2f} on "
+        f"average, {m.get('load1_max'):.2f} at most. The whole run (test bed, seeding, every "
+        f"benchmark) took {minutes:.0f} min; each ratio compares figures from this one run."
+    )
+
+
+def _table(results: Mapping[str, Summary]) -> list[str]:
+    lines = ["| benchmark | what is measured | result | target |", "| --- | --- | --- | --- |"]
+    for name, row_of in ROWS.items():
+        summary = results.get(name)
+        if summary is None or "error" in summary.fields:
+            why = summary.text("error") if summary else "not run"
+            lines.append(f"| {name} | — | {why} | — |")
+            continue
+        lines.append("| " + " | ".join(row_of(summary)) + " |")
+    return lines
+
+
+_FLEET_NOTE = (
+    "- *Ready fleets without real updates.* Each fleet Stack pins `spec.commit` and is "
+    "created with the operator's finalizer; its status is then written through the status "
+    "subresource as the operator writes it after a successful `up` (`Ready=True Succeeded`, "
+    "`observedGeneration` = `lastUpdate.generation` = generation, `lastUpdate.state: "
+    "succeeded`, `lastAttemptedCommit` = `lastSuccessfulCommit` = the commit, `failures: 0`, "
+    "outputs, one history entry). `reconcile/decide.py` then finds no run due, and the "
+    "operator indeed does nothing: the start-up and idle rows count its status PATCHes, every "
+    "Stack version on an independent watch, and the Events."
+)
+_IDLE_NOTE = (
+    "- *Idle API requests:* an idle operator's only request is its watch, one long-lived GET "
+    "that the informer renews every 5 to 10 minutes (a random server-side timeout), so the "
+    "whole fleet costs 6 to 12 requests an hour, not a number per Stack; re-evaluations "
+    "read the informer's cache. A window shorter than the renewal may see none."
+)
+_LATENCY_NOTE = (
+    "- *Latency* runs from just before the PATCH is sent, so it includes that request's "
+    "round trip. The change points `spec.repoDir` at a missing directory, so the run it "
+    "starts ends at once (`ProgramInvalid`, no Pulumi CLI); each change waits for the "
+    "previous run to end, so a worker is free, as in a mostly idle fleet. With every worker "
+    "busy in a long update, a spec change waits for a worker before it is acknowledged."
+)
+_OVERHEAD_NOTE = (
+    "- *Overhead:* the operator's time runs from the spec PATCH to the watch seeing "
+    "`Ready=True` for the new generation. It includes the checkout and six CLI calls where "
+    "the bare CLI makes one: `stack select`, `config set-all`, `up`, then the Automation "
+    "API's `stack output` (twice: plain, then `--show-secrets`) and `stack history`. The "
+    "bare CLI's time is `pulumi up --yes --skip-preview` alone, its config set beforehand. "
+    '"The run alone" is `status.history[0].durationSeconds`.'
+)
+_PARALLEL_NOTE = (
+    "- *Parallel:* CPU s per update count the operator and everything it ran (git, the "
+    "Pulumi CLI, the language host, the program and its provider, each a new process); "
+    '"busy" is the whole machine, other users included. Throughput stops growing once '
+    "workers times CPU per update, divided by (sleep + CPU per update), reaches the number "
+    "of cores."
+)
+_MEMORY_NOTE = (
+    "- *Memory* is the operator process alone (`/proc/<pid>/status`); Pulumi runs in child "
+    "processes and is not included."
+)
+
+
+def _notes(results: Mapping[str, Summary]) -> list[str]:
+    seed = results.get("seed")
+    seeded = (
+        f" Creating {_n(seed.get('stacks'))} such Stacks took {_sig(seed.get('seconds'))} s "
+        f"({_n(seed.get('per_s'))} per second, 8 threads, a create and a status write each)."
+        if seed
+        else ""
+    )
+    return [
+        "Notes:",
+        "",
+        _FLEET_NOTE + seeded,
+        _IDLE_NOTE,
+        _LATENCY_NOTE,
+        _OVERHEAD_NOTE,
+        _PARALLEL_NOTE,
+        _MEMORY_NOTE,
+    ]
+
+
+def _raw(results: Mapping[str, Summary]) -> list[str]:
+    lines = [summary.line() for summary in results.values()]
+    return [
+        "<details><summary>The summary lines</summary>",
+        "",
+        "```text",
+        *lines,
+        "```",
+        "",
+        "</details>",
+    ]
+
+
+def render(results: Mapping[str, Summary]) -> str:
+    """The Markdown between the README's markers, from one run's summary lines."""
+    parts = [_header(results), "", *_table(results), "", *_notes(results), "", *_raw(results)]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.readme [results]``: rewrite the README's table from a results file."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    results = load(Path(args[0]) if args else RESULTS)
+    rewrite(README, render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

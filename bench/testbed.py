@@ -1,0 +1,97 @@
+"""The benchmarks' test bed: the real components of ``tests/testbed``, started once per run.
+
+``TestBed.start()`` starts etcd + kube-apiserver (``ControlPlane``, binaries from
+``hack.test_assets``), applies the Stack CRD with ``kubectl apply --server-side``, starts a
+``git daemon`` and pushes the ``files`` test program (under ``app/``) as one commit, which
+every benchmark Stack pins. Everything lives under one directory, removed by the caller.
+
+``namespace(prefix)`` makes a fresh namespace holding the passphrase Secret the Stacks'
+``envRefs`` point at. The passphrase is the test bed's throw-away one, not a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from pathlib import Path
+
+from kubernetes import client, config
+
+from hack.test_assets import find_kube_binary, find_pulumi
+from tests.testbed.control_plane import Binaries, ControlPlane
+from tests.testbed.git_server import Checkout, GitServer
+from tests.testbed.pulumi_env import TEST_PASSPHRASE
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAM = REPO / "tests" / "testbed" / "programs" / "files"
+STACK_CRD = REPO / "manifests" / "crd" / "stacks.pulumi.com.yaml"
+PASSPHRASE_SECRET = "pulumi-secrets"  # noqa: S105 - the Secret's name
+POOL_SIZE = 16  # HTTP connections of the bench's own API client (seeding uses 8 threads)
+
+
+class TestBed:
+    """Control plane, git server and the pinned program; see the module docstring."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    def __init__(self, root: Path) -> None:
+        """Prepare (not start) a test bed under ``root``."""
+        self.root = root
+        binaries = Binaries(*(find_kube_binary(b) for b in ("etcd", "kube-apiserver", "kubectl")))
+        self.control_plane = ControlPlane(binaries, root / "control-plane")
+        self.git = GitServer(root / "git")
+        self.pulumi_bin = find_pulumi()
+        self.backend = root / "state" / "backend"
+        self.repo_url = ""
+        self.commit = ""
+        self._api: client.ApiClient | None = None
+
+    def start(self) -> None:
+        """Start everything and push the program; see the module docstring."""
+        self.backend.mkdir(parents=True, exist_ok=True)
+        self.control_plane.start()
+        kubectl = self.control_plane.kubectl
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(STACK_CRD))
+        kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/stacks.pulumi.com")
+        self.git.start()
+        self.repo_url = self.git.create_repo("files")
+        checkout = Checkout(self.repo_url, self.root / "program")
+        sources = {f"app/{p.name}": p.read_text() for p in PROGRAM.iterdir() if p.is_file()}
+        self.commit = checkout.commit(sources, "the files program")
+
+    def stop(self) -> None:
+        """Stop the git server and the control plane."""
+        if self._api is not None:
+            self._api.close()
+        self.git.stop()
+        self.control_plane.stop()
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The bench's admin API client (shared; thread-safe, pooled)."""
+        if self._api is None:
+            configuration = client.Configuration()
+            config.load_kube_config(
+                config_file=str(self.control_plane.kubeconfig),
+                client_configuration=configuration,
+            )
+            configuration.connection_pool_maxsize = POOL_SIZE
+            self._api = client.ApiClient(configuration)
+        return self._api
+
+    def namespace(self, prefix: str) -> str:
+        """A fresh namespace with the passphrase Secret in it."""
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        core = client.CoreV1Api(self.api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        data: dict[str, bytes | str] = {
+            "passphrase": base64.b64encode(TEST_PASSPHRASE.encode()).decode()
+        }
+        secret = client.V1Secret(metadata=client.V1ObjectMeta(name=PASSPHRASE_SECRET), data=data)
+        core.create_namespaced_secret(name, secret)
+        return name
+
+    def event_count(self, namespace: str) -> tuple[int, int]:
+        """Event objects in ``namespace`` and the sum of their ``count`` fields."""
+        items = client.CoreV1Api(self.api).list_namespaced_event(namespace).items
+        return len(items), sum(e.count or 1 for e in items)
