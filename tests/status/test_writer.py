@@ -142,16 +142,26 @@ def wait_for(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+def publishing(
+    api_client: client.ApiClient, key: ObjectKey, store: Store, min_interval: float
+) -> tuple[StatusWriter, CollectorRegistry]:
+    """A writer whose first progress intent ("running") has been written."""
+    registry = CollectorRegistry()
+    writer = StatusWriter(
+        api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=min_interval
+    )
+    writer.publish(key, step("running"))
+    wait_for(lambda: written(registry, "written") == 1, "the first progress write")
+    return writer, registry
+
+
 def test_progress_intents_are_coalesced_to_the_newest_per_stack(
     api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
 ) -> None:
     """The first intent is written at once; forty more within the interval make one write."""
     key, store, api = stack
-    registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=1.0)
+    writer, registry = publishing(api_client, key, store, min_interval=1.0)
     try:
-        writer.publish(key, step("step 0"))
-        wait_for(lambda: written(registry, "written") == 1, "the first progress write")
         for n in range(1, 41):
             writer.publish(key, step(f"step {n}"))
         wait_for(lambda: writer.pending() == 0, "the coalesced write")
@@ -166,11 +176,8 @@ def test_a_conclusion_supersedes_pending_progress(
 ) -> None:
     """update() drops the Stack's pending progress: no late write undoes the conclusion."""
     key, store, api = stack
-    registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=60)
+    writer, registry = publishing(api_client, key, store, min_interval=60)
     try:
-        writer.publish(key, step("running"))
-        wait_for(lambda: written(registry, "written") == 1, "the first progress write")
         writer.publish(key, step("still running"))  # waits out the 60 s interval
         assert writer.pending() == 1
         assert writer.update(key, lambda s: cond.succeeded(s, 1, "done", NOW))
@@ -187,10 +194,7 @@ def test_close_drops_pending_progress_and_ignores_later_intents(
 ) -> None:
     """After close nothing more is written, and the writer's thread has ended."""
     key, store, api = stack
-    registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=60)
-    writer.publish(key, step("running"))
-    wait_for(lambda: written(registry, "written") == 1, "the first progress write")
+    writer, registry = publishing(api_client, key, store, min_interval=60)
     writer.publish(key, step("pending"))
     assert writer.close()
     writer.publish(key, step("after close"))
