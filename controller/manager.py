@@ -20,6 +20,7 @@ import dataclasses
 import http.server
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -67,6 +68,8 @@ class ManagerContext:
     """Extra informer event handlers (e.g. metrics); the factory may append to it."""
     closers: list[Callable[[float], object]] = dataclasses.field(default_factory=list)
     """Called with a timeout in seconds once the workers have drained (flush, stop threads)."""
+    leading_since: Callable[[], float | None] = lambda: None
+    """``time.monotonic()`` when this replica took the Lease; None when not leading."""
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
@@ -194,7 +197,15 @@ class Manager:
             for namespace in scopes
         ]
         store = Store()
-        context = ManagerContext(self.api_client, store, cfg, self.registry, self._reconcile_stop)
+        self._leading_since: float | None = None
+        context = ManagerContext(
+            self.api_client,
+            store,
+            cfg,
+            self.registry,
+            self._reconcile_stop,
+            leading_since=lambda: self._leading_since,
+        )
         self._closers = context.closers
         self.controller = Controller(
             name, new_reconciler(context), self.registry, workers=cfg.workers
@@ -279,10 +290,12 @@ class Manager:
         self._elector.run(self._election_stop, self._on_started_leading, self._on_stopped_leading)
 
     def _on_started_leading(self) -> None:
+        self._leading_since = time.monotonic()
         self._leader.labels(self.config.leader_election_id).set(1)
         self._start_workers()
 
     def _on_stopped_leading(self) -> None:
+        self._leading_since = None
         self._leader.labels(self.config.leader_election_id).set(0)
         if self._election_stop.is_set():
             return  # our own clean shutdown released the Lease

@@ -10,7 +10,7 @@ from pulumi import automation as auto
 
 from controller.manager import ManagerContext, Resource
 from reconcile import decide
-from reconcile.automation import Runner
+from reconcile.automation import DEFAULT_INTERRUPT_GRACE, Runner
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
 from status.metrics import MetricsHandler, StackMetrics
@@ -53,6 +53,11 @@ def new_stack_reconciler(context: ManagerContext) -> StackReconciler:
         default_backend=cfg.default_backend,
         identity=cfg.identity,
         sole_runner=cfg.leader_elect,
+        # A deposed leader stops renewing at renew_deadline and kills its CLI at most
+        # DEFAULT_INTERRUPT_GRACE later; we hold the Lease lease_duration after its last
+        # renewal at the earliest.
+        takeover_delay=max(0.0, cfg.renew_deadline + DEFAULT_INTERRUPT_GRACE - cfg.lease_duration),
+        leading_since=context.leading_since,
         policy=decide.Policy(
             retry_base_delay=cfg.update_retry_base, max_update_failures=cfg.max_update_failures
         ),

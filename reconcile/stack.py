@@ -93,8 +93,12 @@ class Settings:
     wait_poll: float = 30.0  # seconds between checks for a Secret, prerequisite or lock
     identity: str = ""  # this operator instance (host_pid), recorded in status.currentUpdate
     # True when leader election guarantees that no other instance of this operator runs
-    # updates: an update another instance started and never concluded is then dead.
+    # updates: an update another instance started and never concluded is then dead, once
+    # ``takeover_delay`` seconds have passed since we took the Lease (``leading_since``,
+    # monotonic) — the time a deposed leader may still spend interrupting its CLI.
     sole_runner: bool = False
+    takeover_delay: float = 0.0
+    leading_since: Callable[[], float | None] = lambda: None
 
 
 def _now() -> datetime.datetime:
@@ -213,8 +217,11 @@ class StackReconciler:
     ) -> Result:
         operation = "preview" if spec.preview else "up"
         log.info("Run due", why=decision.why, operation=operation, commit=observed.commit)
-        started = self._clock()
         orphaned = self._orphaned(observed.status)
+        if orphaned and (wait := self._takeover_wait()) > 0:
+            log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
+            return Result(requeue_after=wait)
+        started = self._clock()
         self._report_start(key, obj, observed, operation, started)
         try:
             request = self._request(key, spec, observed, secrets, credentials)
@@ -261,13 +268,20 @@ class StackReconciler:
     def _orphaned(self, status: Mapping[str, Any]) -> bool:
         """Whether the update in ``status`` was left by another, now gone, operator instance.
 
-        Only with leader election (``sole_runner``): a leader that loses its Lease stops
-        its updates before another replica can take the Lease, so an update recorded by
-        another instance and never concluded died with that instance (a pod replaced after
-        a crash, an OOM kill or a node loss).
+        Only with leader election (``sole_runner``): a leader that cannot renew its Lease
+        interrupts its updates (and kills them after the interrupt grace), so once
+        ``takeover_delay`` has passed since we took the Lease, an update recorded by
+        another instance and never concluded is dead (a pod replaced after a crash, an OOM
+        kill or a node loss; or a deposed leader that has stopped it).
         """
         runner = (status.get("currentUpdate") or {}).get("operator")
         return bool(self._settings.sole_runner and runner and runner != self._settings.identity)
+
+    def _takeover_wait(self) -> float:
+        """Seconds until a deposed leader's updates have surely stopped (0 if they have)."""
+        since = self._settings.leading_since()
+        held = 0.0 if since is None else time.monotonic() - since
+        return max(0.0, round(self._settings.takeover_delay - held, 3))
 
     def _release_dead_lock(self, request: UpdateRequest, *, orphaned: bool) -> bool:
         """Release the stack's lock if a dead update of this operator holds it."""

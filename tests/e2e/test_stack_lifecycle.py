@@ -321,8 +321,8 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
 
     SIGKILL mid-update, then the lock is rewritten to name another host, as when the pod
     was replaced (the local stale-lock rule cannot apply). The update recorded in
-    status.currentUpdate by another instance of the operator is dead, because a leader
-    stops its updates before it loses the Lease: the new leader cancels it and converges.
+    status.currentUpdate by another instance of the operator is dead once a deposed
+    leader would have stopped it: the new leader waits that long, cancels it, converges.
     (Without leader election a lock from another host is never broken:
     test_a_lock_held_by_another_live_update_is_waited_for.)
     """
@@ -337,9 +337,11 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
     (lock,) = stacks.backend.glob(".pulumi/locks/**/*.json")
     lock.write_text(lock.read_text().replace(socket.gethostname(), "pulumi-stack-operator-gone"))
 
-    operator.start("--leader-elect")
+    # A deposed leader may spend renew deadline + interrupt grace (60 s) stopping its
+    # update; the Lease is ours lease duration after its last renewal: 3 + 60 - 60 = 3 s.
+    operator.start("--leader-elect", "--lease-duration=60", "--renew-deadline=3")
     stacks.wait_ready("orphan", timeout=180)
     assert stacks.target("orphan").read_text() == "slow"
-    assert "Cancelled the update a gone instance of this operator left locked" in (
-        operator.log.read_text()
-    )
+    log = operator.log.read_text()
+    assert "A deposed leader may still be stopping this update; waiting" in log
+    assert "Cancelled the update a gone instance of this operator left locked" in log
