@@ -339,7 +339,8 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
 
     # A deposed leader may spend renew deadline + interrupt grace (60 s) stopping its
     # update; the Lease is ours lease duration after its last renewal: 3 + 60 - 60 = 3 s.
-    operator.start("--leader-elect", "--lease-duration=60", "--renew-deadline=3")
+    leases = ("--lease-duration=60", "--renew-deadline=3", "--retry-period=1")
+    operator.start("--leader-elect", *leases)
     stacks.wait_ready("orphan", timeout=180)
     assert stacks.target("orphan").read_text() == "slow"
     log = operator.log.read_text()
