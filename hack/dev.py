@@ -35,7 +35,6 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn
 
 import yaml
@@ -407,16 +406,10 @@ def run(args: argparse.Namespace) -> int:
             return until_ready(dev, started, args.timeout)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM does what Ctrl-C does."""
-    del signum, frame
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on Ready or a clean stop, 1 on failure, 130 if interrupted early."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM does what Ctrl-C does
     try:
         return run(args)
     except (DevError, ProcessError, subprocess.CalledProcessError) as err:
