@@ -229,6 +229,10 @@ def test_the_operators_calls_work_and_others_get_403(
         GROUP, VERSION, PLURAL, watch=True, timeout_seconds=1, _preload_content=False
     )
     assert watched.status == 200
+    # Read the watch to its end (the server closes it after timeout_seconds) before the
+    # connection goes back to the pool: reused with the stream still open, the next
+    # request fails with ResponseNotReady when the first event has not yet arrived.
+    assert b'"type":"ADDED"' in watched.read()
     watched.release_conn()
     finalizer = {"metadata": {"finalizers": ["finalizer.stack.pulumi.com"]}}
     objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "s", finalizer)
