@@ -15,14 +15,22 @@ from tests.testbed.control_plane import ControlPlane
 pytestmark = pytest.mark.integration
 
 FAST = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.2}
+PATIENT = {"lease_duration": 30.0, "renew_deadline": 20.0, "retry_period": 0.2}
+"""Renewals that survive a loaded machine; a takeover within seconds is then a release."""
 
 
 class Run:
     """A LeaderElector running in a thread, with events for its callbacks."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, identity: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        identity: str,
+        timings: dict[str, float] = FAST,
+    ) -> None:
         """Start electing."""
-        cfg = LeaderElectionConfig("lease", namespace, identity, **FAST)
+        cfg = LeaderElectionConfig("lease", namespace, identity, **timings)
         self.elector = LeaderElector(cfg, api)
         self.stop = threading.Event()
         self.started, self.stopped = threading.Event(), threading.Event()
@@ -55,15 +63,15 @@ def test_one_leads_the_other_waits_and_takes_over_on_release(
     api: client.ApiClient, namespace: str
 ) -> None:
     """The first elector leads; the second only after the first stops and releases."""
-    first = Run(api, namespace, "first")
+    first = Run(api, namespace, "first", PATIENT)
     assert first.started.wait(10)
-    second = Run(api, namespace, "second")
+    second = Run(api, namespace, "second", PATIENT)
     try:
         assert not second.started.wait(1.5)
         assert holder(api, namespace) == "first"
         first.end()
         assert first.stopped.is_set()
-        assert second.started.wait(5)  # well before the 3 s lease would have expired + retry
+        assert second.started.wait(15)  # well before the 30 s lease would have expired
         assert holder(api, namespace) == "second"
     finally:
         first.end()

@@ -216,6 +216,34 @@ class Stacks:
                 pytest.fail(f"no {sorted(missing)} Event for {name}: {[e.reason for e in events]}")
             time.sleep(0.25)
 
+    def locks(self) -> list[Path]:
+        """The lock files on the backend."""
+        return list(self.backend.glob(".pulumi/locks/**/*.json"))
+
+    def wait_update_locked(self, timeout: float = 60) -> None:
+        """Poll until a running ``pulumi up`` holds a lock on the backend.
+
+        ``status.currentUpdate`` is written before the CLI starts, and creating a stack
+        takes a lock for a moment too, so a test that needs the CLI inside its update
+        waits for the lock of a live ``up`` process, never for a fixed time.
+        """
+        deadline = time.monotonic() + timeout
+        while not any(_held_by_up(lock) for lock in self.locks()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"no pulumi up took a lock on {self.backend} in {timeout} s")
+            time.sleep(0.1)
+
+
+def _held_by_up(lock: Path) -> bool:
+    """Whether ``lock`` names a live process whose command line is ``pulumi up ...``."""
+    try:
+        pid = json.loads(lock.read_text())["pid"]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, KeyError):
+        return False  # released, still being written, or its process is gone
+    command = [arg for arg in argv[1:] if arg and not arg.startswith(b"-")]
+    return command[:1] == [b"up"]
+
 
 def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     """A condition of ``obj``."""

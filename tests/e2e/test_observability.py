@@ -128,8 +128,9 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
     while sample(operator.metrics(), "pulumi_stack_condition", name="watched") is not None:
         assert time.monotonic() < deadline, "series of the deleted Stack still exported"
         time.sleep(0.5)
-    time.sleep(3)  # two scrapes
-    assert scraper.query('pulumi_stack_condition{name="watched"}') == []
+    while scraper.query('pulumi_stack_condition{name="watched"}') != []:
+        assert time.monotonic() < deadline, "Prometheus still has the deleted Stack's series"
+        time.sleep(0.5)
 
 
 def documented_metrics() -> dict[str, set[str]]:
@@ -175,7 +176,8 @@ def test_idle_ready_stacks_cost_no_writes_and_no_events(
         stacks.create(stacks.manifest(name, program, branch=None, commit=program.first))
     for name in names:
         stacks.wait_ready(name, timeout=240)
-    time.sleep(3)  # let the last writes and events settle
+        stacks.wait_events(name, "UpdateStarted", "Succeeded")
+    time.sleep(3)  # let the last writes settle
     versions = {n: stacks.get(n)["metadata"]["resourceVersion"] for n in names}
     events = len(stacks.core.list_namespaced_event(stacks.namespace).items)
     writes = sample(operator.metrics(), "pulumi_stack_status_patches_total", result="written")

@@ -217,10 +217,10 @@ def test_operator_killed_mid_update_recovers_the_stale_lock(
     config = {"path": str(stacks.target("crash")), "content": "slow", "delay": "20"}
     stacks.create(stacks.manifest("crash", program, config=config))
     stacks.wait("crash", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
-    time.sleep(4)  # the CLI is inside the slow resource now, holding the lock
+    stacks.wait_update_locked()
+    time.sleep(2)  # into the slow resource: the kill leaves a half-done update
     operator.stop(signal.SIGKILL)
-    locks = list(stacks.backend.glob(".pulumi/locks/**/*.json"))
-    assert locks, "the killed update should have left a lock"
+    assert stacks.locks(), "the killed update should have left its lock"
     operator.start()
     stacks.wait_ready("crash", timeout=180)
     assert stacks.target("crash").read_text() == "slow"
@@ -235,12 +235,12 @@ def test_sigterm_mid_update_interrupts_cleanly_then_converges(
     config = {"path": str(stacks.target("term")), "content": "slow", "delay": "30"}
     stacks.create(stacks.manifest("term", program, config=config))
     stacks.wait("term", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
-    time.sleep(3)
+    stacks.wait_update_locked()
     assert operator.stop() == 0
     obj = stacks.get("term")
     assert find(obj, "Ready")["reason"] == "Interrupted"  # type: ignore[index]
     assert "currentUpdate" not in obj["status"]
-    assert not list(stacks.backend.glob(".pulumi/locks/**/*.json"))
+    assert not stacks.locks()
     operator.start("--shutdown-timeout=30")
     stacks.wait_ready("term", timeout=180)
 
@@ -272,10 +272,7 @@ def test_a_lock_held_by_another_live_update_is_waited_for(
     holder = threading.Thread(target=lambda: other.up(on_output=lambda _line: None))
     holder.start()
     try:
-        deadline = time.monotonic() + 60
-        while not list(stacks.backend.glob(".pulumi/locks/**/*.json")):
-            assert time.monotonic() < deadline, "the other update never took its lock"
-            time.sleep(0.2)
+        stacks.wait_update_locked()
         stacks.create(stacks.manifest("locked", program))
         obj = stacks.wait_reason("locked", "Reconciling", "UpdateConflict")
         assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
@@ -332,9 +329,10 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
         "orphan", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running"
     )
     assert running["status"]["currentUpdate"]["operator"]
-    time.sleep(4)  # the CLI is inside the slow resource now, holding the lock
+    stacks.wait_update_locked()
+    time.sleep(2)  # into the slow resource: the kill leaves a half-done update
     operator.stop(signal.SIGKILL)
-    (lock,) = stacks.backend.glob(".pulumi/locks/**/*.json")
+    (lock,) = stacks.locks()
     lock.write_text(lock.read_text().replace(socket.gethostname(), "pulumi-stack-operator-gone"))
 
     # A deposed leader may spend renew deadline + interrupt grace (60 s) stopping its

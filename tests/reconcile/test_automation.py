@@ -163,11 +163,17 @@ def descendants(root: int) -> list[int]:
 
 def wait_for_slow_step(pulumi_env: PulumiEnv) -> None:
     """Wait until an update of ``dev`` runs its dynamic provider (whose writes take ``delay``)."""
-    wait_for(lambda: bool(lock_files(pulumi_env)))
-    cli: int = json.loads(lock_files(pulumi_env)[0].read_text())["pid"]
 
     def provider_running() -> bool:
-        return any(b"pulumi.dynamic" in cmdline(pid) for pid in descendants(cli))
+        # Every lock, read afresh: a short-lived command before ``up`` may hold one first.
+        for lock in lock_files(pulumi_env):
+            try:
+                cli: int = json.loads(lock.read_text())["pid"]
+            except (OSError, ValueError):
+                continue  # released, or still being written
+            if any(b"pulumi.dynamic" in cmdline(pid) for pid in descendants(cli)):
+                return True
+        return False
 
     wait_for(provider_running)
     time.sleep(1)  # from provider start to the step's sleep is milliseconds
