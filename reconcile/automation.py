@@ -38,6 +38,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -76,6 +77,13 @@ _REFRESH_DRIFT = "no changes were expected"  # the CLI's --expect-no-changes fai
 # program that does not compile (Python reports it when the language host imports it).
 _BAD_PROJECT = re.compile(r"Pulumi(\.[\w-]+)?\.(ya?ml|json)|project file")
 _BAD_SYNTAX = re.compile(r"^\s*(SyntaxError|IndentationError|TabError): ", re.MULTILINE)
+# Engine-event facts of the CLI the SDK does not export: the kind of program it runs
+# (``ExecKind.LOCAL``), the root resource's type, and the signature of a secret value
+# (``pulumi.runtime.rpc._special_sig_key``/``_special_secret_sig``).
+_EXEC_KIND = "auto.local"
+_ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - a type tag, not a secret
 _PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
 _LOCK_IN_STDERR = re.compile(r"(\S+): created by (\S*)@(\S*) \(pid (\d+)\) at (\S+)")
 
@@ -459,17 +467,30 @@ class _Attempt:
             )
 
     def up(self, stack: auto.Stack) -> Outcome:
-        """Run ``pulumi up`` and report its summary and outputs."""
+        """Run ``pulumi up`` and report its change summary and the stack's outputs.
+
+        The CLI runs as ``Stack.up()`` would run it, but without the SDK's bookkeeping
+        after it (``stack output`` twice and ``stack history``: three more CLI processes).
+        The engine's events already carry both: the change summary, and the outputs of
+        the root stack resource (secrets masked). Only if no event carried the outputs
+        are they read with one ``stack output``.
+        """
         with self._phase("update", step="update") as observer:
-            result = stack.up(
-                message=self.request.message or None,
-                target=list(self.request.targets) or None,
-                on_event=observer.on_event,
-                **self._display_options(),
-            )
-        outputs = {k: self._output_value(v) for k, v in result.outputs.items()}
-        changes = _changes(result.summary.resource_changes) or observer.changes
-        return self.succeeded(changes=changes, outputs=outputs, stdout=result.stdout)
+            with _EventLog(observer.on_event) as event_log:
+                result = self.command.run(
+                    self._up_args(stack.name, event_log),
+                    str(self.request.work_dir),
+                    # As the SDK sets it; it also enables the hidden --event-log flag.
+                    {"PULUMI_DEBUG_COMMANDS": "true", **self.env},
+                    self._log_output,
+                    self._log_output,
+                )
+            outputs = observer.stack_outputs
+            if outputs is None:
+                self.log.info("No engine event carried the stack's outputs; reading them")
+                outputs = self._read_outputs(stack.name)
+        values = {k: self._output_value(_output(v)) for k, v in outputs.items()}
+        return self.succeeded(changes=observer.changes, outputs=values, stdout=result.stdout)
 
     def preview(self, stack: auto.Stack) -> Outcome:
         """Run ``pulumi preview`` and report the changes it would make."""
@@ -602,8 +623,8 @@ class _Attempt:
         """The value, or ``MASK`` if it is secret or holds a secret value.
 
         Pulumi does not always carry secretness through: a dynamic provider's outputs
-        derived from secret config are stored (and reported by ``stack output``) as
-        plain values. So any output containing a secret value of the request is masked.
+        derived from secret config are stored (and reported in events) as plain values.
+        So any output containing a secret value of the request is masked.
         """
         if output.secret or self.scrubber.finds(output.value):
             return MASK
@@ -622,6 +643,27 @@ class _Attempt:
         """
         args = ["config", "set", "--secret", "--stack", stack_name, "--", key]
         self.command.run(args, str(self.request.work_dir), self.env, stdin=f"{value}\n")
+
+    def _up_args(self, stack_name: str, event_log: Path) -> list[str]:
+        """What ``Stack.up()`` passes for our options (pulumi 3.272, ``_stack.py``)."""
+        args = ["up", "--yes", "--skip-preview"]
+        if self.request.message:
+            args += ["--message", self.request.message]
+        for target in self.request.targets:
+            args += ["--target", target]
+        args += ["--color", "never", "--suppress-progress"]  # as _display_options()
+        args += ["--exec-kind", _EXEC_KIND, "--event-log", str(event_log)]
+        return [*args, "--stack", stack_name]
+
+    def _read_outputs(self, stack_name: str) -> dict[str, Any]:
+        """The stack's outputs from ``pulumi stack output --json``, secrets as ``"[secret]"``."""
+        args = ["stack", "output", "--json", "--stack", stack_name]
+        result = self.command.run(args, str(self.request.work_dir), self.env)
+        outputs = json.loads(result.stdout or "{}")
+        if not isinstance(outputs, dict):
+            msg = "`pulumi stack output --json` did not print an object"
+            raise ValueError(msg)  # noqa: TRY004 - _phase turns ValueError into a failure
+        return outputs
 
     def _display_options(self) -> dict[str, Any]:
         """Plain, quiet CLI output: it ends up in logs and error messages."""
@@ -647,11 +689,13 @@ class _Attempt:
 
 
 class _StepObserver:
-    """Counts one step's engine events into ``Progress`` and keeps its error diagnostics.
+    """Counts one step's engine events into ``Progress``, keeps errors and stack outputs.
 
-    Events arrive on an SDK gRPC thread; ``on_event`` never raises. ``report`` is called
-    at most every ``interval`` seconds while the step runs, and ``flush`` sends the final
-    state once (even if sooner). Reports are made under the lock, so they stay in order.
+    Besides progress it keeps the step's error diagnostics and the root stack's outputs.
+    Events arrive on an SDK gRPC thread or an ``_EventLog`` thread; ``on_event`` never
+    raises. ``report`` is called at most every ``interval`` seconds while the step runs,
+    and ``flush`` sends the final state once (even if sooner). Reports are made under the
+    lock, so they stay in order.
     """
 
     def __init__(
@@ -673,11 +717,22 @@ class _StepObserver:
         self._sent: Progress | None = None  # the last report
         self._sent_at = -float("inf")
         self.errors: list[str] = []  # error diagnostics, resource ones first
+        self._outputs: dict[str, Any] | None = None
 
     @property
     def changes(self) -> dict[str, int]:
         """The engine's change summary, if it sent one."""
         return dict(self._summary or {})
+
+    @property
+    def stack_outputs(self) -> dict[str, Any] | None:
+        """The root stack's outputs after the step, secrets masked; None if no event said.
+
+        They come from the ``ResOutputsEvent`` of the ``pulumi:pulumi:Stack`` resource,
+        which the engine sends whatever the step did to the stack (``same`` included).
+        """
+        with self._lock:
+            return None if self._outputs is None else dict(self._outputs)
 
     def on_event(self, event: auto.EngineEvent) -> None:
         """Count one engine event; report progress if due."""
@@ -709,6 +764,8 @@ class _StepObserver:
             self._started += 1
             self._current = f"{getattr(meta.op, 'value', meta.op)} {meta.urn}"
             return True
+        if event.res_outputs_event is not None:
+            self._note_stack_outputs(event.res_outputs_event.metadata)
         for payload, counter in (
             (event.res_outputs_event, "_done"),
             (event.res_op_failed_event, "_failed"),
@@ -717,6 +774,11 @@ class _StepObserver:
                 setattr(self, counter, getattr(self, counter) + 1)
                 return True
         return False
+
+    def _note_stack_outputs(self, meta: auto.StepEventMetadata) -> None:
+        new = meta.new
+        if meta.type == _ROOT_STACK_TYPE and new is not None and not new.parent:
+            self._outputs = dict(new.outputs or {})
 
     def _note_diagnostic(self, diagnostic: auto.DiagnosticEvent) -> None:
         if diagnostic.severity != "error":
@@ -736,6 +798,75 @@ class _StepObserver:
             return
         self._sent, self._sent_at = progress, self._clock()
         self._report(progress)
+
+
+class _EventLog:
+    """A file for ``pulumi --event-log`` and a thread feeding its events to ``on_event``.
+
+    The engine appends one JSON ``EngineEvent`` per line. Entering makes the file (in a
+    temporary directory) and starts a thread that follows it; leaving reads the file to
+    its end (the CLI has exited by then, so the file is complete), stops the thread and
+    deletes the directory. A line that does not parse is logged and skipped; nothing
+    raises on the thread. ``on_event`` must not raise either (``_StepObserver`` doesn't).
+    """
+
+    def __init__(self, on_event: Callable[[auto.EngineEvent], None]) -> None:
+        self._on_event = on_event
+        self._dir = tempfile.TemporaryDirectory(prefix="pulumi-events-")
+        self.path = Path(self._dir.name) / "events.jsonl"
+        self._ended = threading.Event()  # the CLI exited: read to the end, then stop
+        self._thread = threading.Thread(target=self._follow, name="pulumi-events", daemon=True)
+
+    def __enter__(self) -> Path:
+        """Make the (empty) log file, start following it, and return its path."""
+        self.path.touch()
+        self._thread.start()
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        """Deliver the rest of the file, then delete it."""
+        self._ended.set()
+        self._thread.join()
+        self._dir.cleanup()
+
+    def _follow(self) -> None:
+        partial = ""
+        with self.path.open(encoding="utf-8", errors="replace") as log_file:
+            while True:
+                ended = self._ended.is_set()  # before the read, so no line is missed
+                line = partial + log_file.readline()
+                if line.endswith("\n") or (ended and line):
+                    partial = ""
+                    self._deliver(line)
+                elif ended:
+                    return
+                else:
+                    partial = line  # nothing new, or half a line: wait for more
+                    self._ended.wait(_POLL_SECONDS)
+
+    def _deliver(self, line: str) -> None:
+        try:
+            event = auto.EngineEvent.from_json(json.loads(line))
+        except Exception:  # malformed or unknown: one lost event must not stop the rest
+            log.exception("Cannot parse an engine event", line=line[:200])
+            return
+        self._on_event(event)
+
+
+def _output(value: Any) -> auto.OutputValue:  # noqa: ANN401 - any JSON value
+    """An output value as engine events carry it: secret when a secret is anywhere in it."""
+    return auto.OutputValue(value=value, secret=_holds_secret(value))
+
+
+def _holds_secret(value: object) -> bool:
+    """Whether a JSON value is, or contains, a secret (``{<sig key>: <secret sig>, ...}``)."""
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return True
+        return any(_holds_secret(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_secret(item) for item in value)
+    return False
 
 
 def _classify_text(phase: Phase, text: str) -> ErrorKind:
