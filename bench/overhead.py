@@ -10,11 +10,11 @@ goes first. Times, all wall clock:
   config already set (``cli_config_s``: the ``pulumi config set`` before it, not counted);
 - ``op_e2e_s``: from just before the Stack's spec PATCH until the bench's watch sees
   ``Ready=True`` for the new generation: queueing, status writes, the source checkout, and
-  the Automation API's ``stack select --create``, ``config set-all``, ``up``,
-  ``stack output`` and ``stack history`` — everything the user waits for;
+  the runner's ``stack select --create``, ``config set-all`` and ``up`` (outputs and
+  change counts come from its engine events) — everything the user waits for;
 - ``op_run_s``: the operator's own ``status.history[0].durationSeconds`` of that run, from
-  the Automation API attempt's start to its end (select, config, up, outputs), without
-  queueing, checkout and status writes.
+  the runner's start to its end (select, config, up), without queueing, checkout and
+  status writes.
 
 Ratios are of the medians over the runs, all measured in this one run: ``ratio_e2e`` =
 ``op_e2e_s / cli_up_s`` (the headline, judged against the 1.10 target), ``ratio_run`` =

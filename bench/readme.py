@@ -236,10 +236,10 @@ _LATENCY_NOTE = (
 )
 _OVERHEAD_NOTE = (
     "- *Overhead:* the operator's time runs from the spec PATCH to the watch seeing "
-    "`Ready=True` for the new generation. It includes the checkout and six CLI calls where "
-    "the bare CLI makes one: `stack select`, `config set-all`, `up`, then the Automation "
-    "API's `stack output` (twice: plain, then `--show-secrets`) and `stack history`. The "
-    "bare CLI's time is `pulumi up --yes --skip-preview` alone, its config set beforehand. "
+    "`Ready=True` for the new generation. It includes the checkout and three CLI calls "
+    "where the bare CLI makes one: `stack select`, `config set-all` and `up`; the "
+    "outputs and change counts come from `up`'s engine events. The bare CLI's time is "
+    "`pulumi up --yes --skip-preview` alone, its config set beforehand. "
     '"The run alone" is `status.history[0].durationSeconds`.'
 )
 _PARALLEL_NOTE = (
