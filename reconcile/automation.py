@@ -848,7 +848,7 @@ class _EventLog:
         try:
             event = auto.EngineEvent.from_json(json.loads(line))
         except Exception:  # malformed or unknown: one lost event must not stop the rest
-            log.exception("Cannot parse an engine event", line=line[:200])
+            log.exception("Cannot parse an engine event", characters=len(line))
             return
         self._on_event(event)
 

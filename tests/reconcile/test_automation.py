@@ -32,7 +32,9 @@ from reconcile.automation import (
     Progress,
     Runner,
     UpdateRequest,
+    _EventLog,
     _kill_tree,
+    _output,
     _StepObserver,
 )
 from tests.conftest import PROGRAMS
@@ -457,6 +459,53 @@ def test_config_removed_from_the_request_is_removed_from_the_stack(
     assert "files:fromsource: kept" in text
 
 
+def subcommands(argvs: list[list[str]]) -> list[tuple[str, ...]]:
+    """The pulumi subcommand of each recorded argv: ``("up",)``, ``("config", "set-all")``."""
+    found: list[tuple[str, ...]] = []
+    for argv in argvs:
+        if Path(argv[0]).name != "pulumi":
+            continue
+        words = [arg for arg in argv[1:] if not arg.startswith("-")]
+        found.append(tuple(words[:2]) if words[0] in ("stack", "config") else (words[0],))
+    return found
+
+
+def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
+    runner: Runner,
+    make_request: Callable[..., UpdateRequest],
+    target: Path,
+    argv_spy: ArgvSpy,
+) -> None:
+    """``up`` needs no ``stack output``/``stack history``; outputs and changes stay right."""
+    request = make_request({"content": "same"}, secret_config={"pw": SECRET_VALUE})
+    first = run(runner, request)
+    assert succeeded(first)
+    assert subcommands(argv_spy.argvs) == [
+        ("stack", "select"),
+        ("stack", "init"),
+        ("config", "set-all"),
+        ("config", "set"),
+        ("up",),
+    ]
+    argv_spy.argvs.clear()
+
+    outcome = run(runner, request)
+
+    assert succeeded(outcome)
+    assert subcommands(argv_spy.argvs) == [
+        ("stack", "select"),
+        ("config", "set-all"),
+        ("config", "set"),
+        ("up",),
+    ]
+    assert first.resource_changes == {"create": 2}
+    assert outcome.resource_changes == {"same": 2}
+    expected = {"path": str(target), "content": "same", "secretContent": MASK}
+    assert first.outputs == outcome.outputs == expected
+    assert SECRET_VALUE not in repr(outcome)
+    assert argv_spy.proc_hits == []
+
+
 def test_wrong_passphrase_is_setup_failed(
     runner: Runner, make_request: Callable[..., UpdateRequest]
 ) -> None:
@@ -564,6 +613,54 @@ def test_progress_is_reported_at_most_once_per_interval_then_flushed() -> None:
         (0, 1, "create urn:a"),
         (2, 2, "create urn:b"),
     ]
+
+
+def test_event_log_delivers_every_event_in_order_and_skips_bad_lines() -> None:
+    """Lines written in pieces, a bad line, and a last line without newline: all handled."""
+    seen: list[auto.EngineEvent] = []
+    lines = [json.dumps({"sequence": n, "timestamp": 0, "cancelEvent": {}}) for n in range(3)]
+
+    with _EventLog(seen.append) as path, path.open("a", encoding="utf-8") as log:
+        log.write(lines[0][:10])
+        log.flush()
+        time.sleep(0.3)  # the reader sees half a line and waits for the rest
+        log.write(lines[0][10:] + "\nnot json\n" + lines[1] + "\n" + lines[2])
+        log.flush()
+
+    assert [event.sequence for event in seen] == [0, 1, 2]
+    assert not path.exists()
+
+
+def test_an_output_holding_a_secret_anywhere_is_secret() -> None:
+    """The engine marks secrets with the SDK's signature; nested ones mask the whole output."""
+    secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"}
+    assert _output({**secret, "ciphertext": "[secret]"}).secret
+    assert _output({"nested": [1, {"deep": secret}]}).secret
+    assert not _output({"plain": [1, {"deep": "x"}]}).secret
+    plain = _output("text")
+    assert (plain.value, plain.secret) == ("text", False)
+
+
+def test_observer_keeps_the_root_stacks_outputs_only() -> None:
+    """Outputs come from the root ``pulumi:pulumi:Stack``, not from other resources."""
+    observer = _StepObserver("update", ProgressLog())
+
+    def outputs_event(type_: str, parent: str, outputs: dict[str, Any]) -> auto.EngineEvent:
+        urn = f"urn:{type_}"
+        new = auto.StepEventStateMetadata(
+            type=type_, urn=urn, id="", parent=parent, provider="", outputs=outputs
+        )
+        meta = auto.StepEventMetadata(
+            op=auto.OpType.SAME, urn=urn, type=type_, provider="", new=new
+        )
+        return auto.EngineEvent(0, 0, res_outputs_event=auto.ResOutputsEvent(meta))
+
+    assert observer.stack_outputs is None
+    observer.on_event(outputs_event("pulumi:pulumi:Stack", "", {"a": 1}))
+    observer.on_event(outputs_event("pulumi:pulumi:Stack", "urn:other", {"b": 2}))
+    observer.on_event(outputs_event("t:m:R", "", {"c": 3}))
+
+    assert observer.stack_outputs == {"a": 1}
 
 
 def test_a_failing_progress_callback_does_not_break_the_update(
