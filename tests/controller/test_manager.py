@@ -136,7 +136,7 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     tmp_path: Path,
 ) -> None:
     """Two replicas: one leads and reconciles; SIGKILL hands over after the lease expires."""
-    timing = ["--leader-elect", "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5"]
+    timing = ["--leader-elect", "--lease-duration=8", "--renew-deadline=6", "--retry-period=0.5"]
     first = widget_operator(control_plane, namespace, tmp_path / "a.log", *timing)
     second = widget_operator(control_plane, namespace, tmp_path / "b.log", *timing)
     operators.extend([first, second])

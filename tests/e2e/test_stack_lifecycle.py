@@ -336,8 +336,9 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
     lock.write_text(lock.read_text().replace(socket.gethostname(), "pulumi-stack-operator-gone"))
 
     # A deposed leader may spend renew deadline + interrupt grace (60 s) stopping its
-    # update; the Lease is ours lease duration after its last renewal: 3 + 60 - 60 = 3 s.
-    leases = ("--lease-duration=60", "--renew-deadline=3", "--retry-period=1")
+    # update; the Lease is ours lease duration after its last renewal: 8 + 60 - 60 = 8 s.
+    # (A renew deadline of 8 s also keeps a loaded machine from deposing the only leader.)
+    leases = ("--lease-duration=60", "--renew-deadline=8", "--retry-period=1")
     operator.start("--leader-elect", *leases)
     stacks.wait_ready("orphan", timeout=180)
     assert stacks.target("orphan").read_text() == "slow"

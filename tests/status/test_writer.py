@@ -160,7 +160,7 @@ def test_progress_intents_are_coalesced_to_the_newest_per_stack(
 ) -> None:
     """The first intent is written at once; forty more within the interval make one write."""
     key, store, api = stack
-    writer, registry = publishing(api_client, key, store, min_interval=1.0)
+    writer, registry = publishing(api_client, key, store, min_interval=3.0)
     try:
         for n in range(1, 41):
             writer.publish(key, step(f"step {n}"))
