@@ -506,6 +506,26 @@ def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
     assert argv_spy.proc_hits == []
 
 
+def test_outputs_are_read_with_one_masked_stack_output_if_no_event_carried_them(
+    runner: Runner,
+    make_request: Callable[..., UpdateRequest],
+    target: Path,
+    argv_spy: ArgvSpy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fallback: ``stack output --json`` without ``--show-secrets``, secrets masked."""
+    monkeypatch.setattr(_StepObserver, "_note_stack_outputs", lambda *_: None)
+    request = make_request({"content": "read"}, secret_config={"pw": SECRET_VALUE})
+
+    outcome = run(runner, request)
+
+    assert succeeded(outcome)
+    assert subcommands(argv_spy.argvs)[-2:] == [("up",), ("stack", "output")]
+    assert not [argv for argv in argv_spy.argvs if "--show-secrets" in argv]
+    assert outcome.outputs == {"path": str(target), "content": "read", "secretContent": MASK}
+    assert SECRET_VALUE not in repr(outcome)
+
+
 def test_wrong_passphrase_is_setup_failed(
     runner: Runner, make_request: Callable[..., UpdateRequest]
 ) -> None:
