@@ -14,7 +14,10 @@ reconcile's result or exception becomes a queue action:
 | raises anything else          | log with traceback, ``add_rate_limited``              |
 
 ``done`` is called on every path, and a worker thread never dies of a reconcile's
-exception. Metrics follow controller-runtime's names (``controller_runtime_*``).
+exception. Once shutting down (or interrupted) a worker starts no new reconcile: keys
+the queue still hands out, such as one re-queued by ``done`` because it changed while
+being processed, are left for the next process. Metrics follow controller-runtime's
+names (``controller_runtime_*``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ log = structlog.get_logger(__name__)
 # Reconciles run Pulumi updates: minutes to hours, not controller-runtime's 60 s top bucket.
 RECONCILE_BUCKETS = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 RESULTS = ("success", "error", "requeue", "requeue_after")
+# Seconds interrupted reconciles get to return before shut_down gives up on them.
+# Reconcilers must honour their stop event within it (the Pulumi runner kills its CLI
+# 60 s after interrupting it, then writes the outcome).
+INTERRUPT_TIMEOUT = 120.0
 
 
 class ControllerMetrics:
@@ -167,12 +174,13 @@ class Controller:
         """Ask running reconciles to return soon (their stop event is set)."""
         self._stop.set()
 
-    def shut_down(self, deadline: float) -> bool:
+    def shut_down(self, deadline: float, interrupt_timeout: float = INTERRUPT_TIMEOUT) -> bool:
         """Stop taking work, let running reconciles finish for ``deadline`` seconds.
 
         After the deadline the running reconciles are interrupted (their stop event is
-        set) and the queue is shut down without waiting further. Returns True when every
-        worker finished within the deadline.
+        set) and get up to ``interrupt_timeout`` more seconds to return, so that what they
+        report is written before the caller closes its writers or releases its Lease.
+        Returns True when every worker finished within the deadline.
         """
         drainer = threading.Thread(target=self.queue.shut_down_with_drain, daemon=True)
         drainer.start()
@@ -182,8 +190,11 @@ class Controller:
             log.warning("Drain deadline passed; interrupting reconciles", controller=self.name)
             self.interrupt()
             self.queue.shut_down()
+        give_up = time.monotonic() + (max(deadline, 1.0) if drained else interrupt_timeout)
         for thread in self._threads:
-            thread.join(max(deadline, 1.0) if drained else 30.0)
+            thread.join(max(give_up - time.monotonic(), 0.0))
+        if not drained and any(t.is_alive() for t in self._threads):
+            log.error("Interrupted reconciles did not return", controller=self.name)
         return drained
 
     def run_worker(self) -> None:
@@ -195,6 +206,9 @@ class Controller:
         """Reconcile one key and turn the outcome into a queue action; False on shutdown."""
         key = self.queue.get()
         if key is None:
+            return False
+        if self.queue.shutting_down() or self._stop.is_set():
+            self.queue.done(key)  # stop taking work; the next process picks the key up
             return False
         active = self._metrics.active_workers.labels(self.name)
         active.inc()

@@ -210,6 +210,57 @@ def test_shut_down_waits_for_running_reconciles_then_interrupts(
     assert not controller.alive()
 
 
+def test_a_key_changed_while_processing_is_not_reconciled_again_once_shutting_down(
+    controller: Controller, reconciler: ScriptedReconciler
+) -> None:
+    """``done`` re-queues a key that changed meanwhile; after shutdown no worker takes it."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(_key: ObjectKey, _stop: threading.Event) -> Result:
+        started.set()
+        assert release.wait(30)
+        return Result()
+
+    reconciler.script = [held, returns(Result())]
+    controller.run()
+    controller.queue.add(KEY)
+    assert started.wait(5)
+    controller.queue.add(KEY)  # changed while being processed: done() queues it again
+    threading.Timer(0.2, release.set).start()
+
+    assert controller.shut_down(deadline=30)
+
+    assert reconciler.calls == [KEY]
+    assert not controller.alive()
+
+
+def test_interrupted_reconciles_get_the_interrupt_timeout_to_return(
+    controller: Controller, reconciler: ScriptedReconciler
+) -> None:
+    """Past the deadline the reconcile is interrupted, and shut_down waits for it to return.
+
+    Its outcome is then reported before the caller closes its writers (a slow ``pulumi``
+    may take most of its interrupt grace to stop).
+    """
+    returned = threading.Event()
+
+    def slow_to_stop(_key: ObjectKey, stop: threading.Event) -> Result:
+        assert stop.wait(30)
+        threading.Event().wait(1.5)  # winding down after the interrupt
+        returned.set()
+        return Result()
+
+    reconciler.script = [slow_to_stop]
+    controller.run()
+    controller.queue.add(KEY)
+    wait_until(lambda: len(reconciler.calls) == 1)
+
+    assert not controller.shut_down(deadline=0.1, interrupt_timeout=30)
+
+    assert returned.is_set()
+    assert not controller.alive()
+
+
 def test_deletes_enqueue_the_key_even_when_found_by_a_relist(controller: Controller) -> None:
     """Both kinds of delete notification enqueue the object's key."""
     from controller.informer import DeletedFinalStateUnknown  # noqa: PLC0415
