@@ -34,6 +34,7 @@ from kubernetes import client, watch
 from urllib3.exceptions import HTTPError
 
 from controller.cache import Object, ObjectKey, Store, freeze, resource_version
+from controller.retry import REACHABILITY
 
 log = structlog.get_logger(__name__)
 
@@ -229,6 +230,7 @@ class Reflector:
             except (client.ApiException, HTTPError, OSError, VeryShortWatchError) as err:
                 if self._stop.is_set():  # shut_down() closed the connection under us
                     return
+                REACHABILITY.observe(err)  # a restarting apiserver's 403s are transient
                 delay = self._backoff.next_delay(self._clock())
                 log.warning("List/watch failed; retrying", retry_in=round(delay, 1), error=str(err))
                 self._stop.wait(delay)

@@ -6,12 +6,27 @@ exponential backoff (0.2 s doubling to 10 s, at most 8 tries within ~30 s), hono
 429). Everything else — 4xx answers such as 404, 409 and 422, and 410 Gone — is raised
 at once: a conflict needs a re-read, not a repeat.
 
-This is only for hiccups inside one call. Longer outages are the work queue's business:
-the reconcile fails as transient and is requeued with the key's own backoff.
+Two exceptions to "5xx is transient, 4xx is not":
+
+- A write too large to store — 413 from the apiserver's body limit, or a 500 whose body
+  says ``etcdserver: request is too large`` (or, from 2 MiB, the gRPC client's "message
+  larger than max") — fails the same way every time: not transient (``request_too_large``).
+- A restarting apiserver answers 401/403 for a moment after it listens, before its
+  authenticator and authorizer are loaded. So a 401/403 within ``UNREACHABLE_WINDOW``
+  seconds of a connection error or 5xx seen by this process counts as transient. The memory
+  is process-wide (``REACHABILITY``): ``is_transient`` records every connection error and
+  5xx it classifies, and callers that see failures without classifying them (a watch) may
+  report them with ``REACHABILITY.observe``.
+
+This is only for hiccups inside one call. Longer outages are the caller's business: the
+work queue requeues a failed reconcile with the key's own backoff, and the status writer
+keeps a conclusion until it lands.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -23,6 +38,7 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
+    stop_when_event_set,
     wait_exponential_jitter,
 )
 from urllib3.exceptions import HTTPError
@@ -34,11 +50,86 @@ T = TypeVar("T")
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 30.0
+MAX_ATTEMPTS = 8
+MAX_DELAY = 30.0  # seconds: the in-call retry budget
+UNREACHABLE_WINDOW = 30.0  # seconds a 401/403 counts as transient after a connection error
+RETRY_LOG_INTERVAL = 5.0  # seconds: shorter waits between retries are logged at debug
+TOO_LARGE_MARKERS = (
+    "request is too large",  # etcd's --max-request-bytes (1.5 MiB by default)
+    "larger than max",  # the apiserver's gRPC client to etcd (2 MiB messages)
+    "request entity too large",  # the apiserver's body limit (3 MiB), as a 413
+)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True for connection-level failures and 429/5xx answers."""
+def request_too_large(exc: BaseException) -> bool:
+    """True for a write the server will never store: 413, or a 500 saying it is too large.
+
+    A 500 says so as etcd's "request is too large" or, from 2 MiB, as the gRPC client's
+    "trying to send message larger than max".
+    """
+    if not isinstance(exc, client.ApiException):
+        return False
+    if exc.status == 413:
+        return True
+    text = f"{exc.reason or ''} {exc.body or ''}".lower()
+    return exc.status == 500 and any(marker in text for marker in TOO_LARGE_MARKERS)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A connection-level failure or a 5xx: the apiserver is down, restarting or sick."""
     if isinstance(exc, client.ApiException):
+        status = exc.status or 0
+        return (status == 0 or status >= 500) and not request_too_large(exc)
+    return isinstance(exc, HTTPError | ConnectionError | TimeoutError)
+
+
+class Reachability:
+    """When this process last failed to reach the API server (connection error or 5xx)."""
+
+    def __init__(
+        self,
+        window: float = UNREACHABLE_WINDOW,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Remember failures for ``window`` seconds of ``monotonic`` time."""
+        self._window = window
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last: float | None = None
+
+    def observe(self, exc: BaseException) -> None:
+        """Record ``exc`` if it says the apiserver was unreachable; ignore anything else."""
+        if _unreachable(exc):
+            with self._lock:
+                self._last = self._monotonic()
+
+    def recently_unreachable(self) -> bool:
+        """True within ``window`` seconds of the last recorded failure."""
+        with self._lock:
+            last = self._last
+        return last is not None and self._monotonic() - last <= self._window
+
+    def forget(self) -> None:
+        """Drop the memory (tests start from a reachable apiserver)."""
+        with self._lock:
+            self._last = None
+
+
+REACHABILITY = Reachability()
+
+
+def is_transient(exc: BaseException, reachability: Reachability = REACHABILITY) -> bool:
+    """True for connection failures, 429 and 5xx, and 401/403 just after an outage.
+
+    Never for a write too large to store. Records connection failures and 5xx in
+    ``reachability`` (see the module docstring).
+    """
+    reachability.observe(exc)
+    if isinstance(exc, client.ApiException):
+        if request_too_large(exc):
+            return False
+        if exc.status in {401, 403}:
+            return reachability.recently_unreachable()
         # status 0: the client wrapped a transport (e.g. TLS) failure.
         return exc.status in TRANSIENT_STATUSES or exc.status == 0
     return isinstance(exc, HTTPError | ConnectionError | TimeoutError)
@@ -69,9 +160,15 @@ class _Wait:
 
 
 def _log_retry(state: RetryCallState) -> None:
+    """Info for a call's first retry and for retries at least RETRY_LOG_INTERVAL apart.
+
+    The quick retries in between go to debug, so a failing call logs at most one line
+    every few seconds.
+    """
     exc = state.outcome.exception() if state.outcome else None
     wait = state.next_action.sleep if state.next_action else 0.0
-    log.info(
+    quiet = state.attempt_number > 1 and wait < RETRY_LOG_INTERVAL
+    (log.debug if quiet else log.info)(
         "Kubernetes API call failed; retrying",
         attempt=state.attempt_number,
         wait=wait,
@@ -79,12 +176,30 @@ def _log_retry(state: RetryCallState) -> None:
     )
 
 
-def retrying(*, max_attempts: int = 8, max_delay: float = 30.0) -> Retrying:
-    """The retry policy; the defaults suit calls made while reconciling."""
+def retrying(
+    *,
+    max_attempts: int = MAX_ATTEMPTS,
+    max_delay: float = MAX_DELAY,
+    interrupt: threading.Event | None = None,
+) -> Retrying:
+    """The retry policy; the defaults suit calls made while reconciling.
+
+    With ``interrupt``, setting that event cuts a backoff short and ends the retries
+    (the last error is raised).
+    """
+    stop = stop_after_attempt(max_attempts) | stop_after_delay(max_delay)
+    sleep: Callable[[float], None] = time.sleep
+    if interrupt is not None:
+        stop |= stop_when_event_set(interrupt)
+
+        def sleep(seconds: float) -> None:
+            interrupt.wait(seconds)
+
     return Retrying(
+        sleep=sleep,
         retry=retry_if_exception(is_transient),
         wait=_Wait(),
-        stop=stop_after_attempt(max_attempts) | stop_after_delay(max_delay),
+        stop=stop,
         before_sleep=_log_retry,
         reraise=True,
     )

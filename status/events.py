@@ -379,6 +379,11 @@ class EventRecorder:
         with self._cond:
             return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
 
+    def alive(self) -> bool:
+        """False only when the posting thread died while the recorder is open."""
+        with self._cond:
+            return self._closed or self._thread.is_alive()
+
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """Refuse new posts, finish the queue (one try per write); True if the thread ended."""
         with self._cond:

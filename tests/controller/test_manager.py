@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +14,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from controller.config import parse_config
+from controller.manager import Manager, ManagerContext, Resource
 from tests.controller.conftest import GROUP, PLURAL, VERSION
+from tests.controller.widget_operator import WidgetReconciler
 from tests.testbed.control_plane import ControlPlane
 from tests.testbed.operator import WIDGET_OPERATOR, Operator
+from tests.testbed.process import free_port
 
 # -- the process -------------------------------------------------------------------------
 
@@ -198,3 +205,63 @@ def test_sigterm_interrupts_a_reconcile_that_outlives_the_shutdown_timeout(
     assert operator.stop(timeout=60) == 0
     assert time.monotonic() - started < 60
     assert annotation(widgets, namespace, "endless", "interrupted-by")
+
+
+def probe(port: int, path: str) -> int:
+    """The HTTP status of one probe request; 0 while nothing listens yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except urllib.error.URLError:
+        return 0
+
+
+def test_healthz_fails_while_a_registered_liveness_check_fails(
+    control_plane: ControlPlane, widget_crd: str, namespace: str
+) -> None:
+    """A reconciler's liveness check (e.g. its status writer's thread) gates /healthz."""
+    del widget_crd
+    writer_alive = threading.Event()
+    writer_alive.set()
+    broken = threading.Event()
+
+    def check_that_raises() -> bool:
+        if broken.is_set():
+            raise RuntimeError("the check itself failed")
+        return True
+
+    def new_reconciler(context: ManagerContext) -> WidgetReconciler:
+        context.liveness_checks.extend((writer_alive.is_set, check_that_raises))
+        return WidgetReconciler(context)
+
+    port = free_port()
+    cfg = parse_config(
+        [
+            f"--namespaces={namespace}",
+            "--metrics-bind-address=127.0.0.1:0",
+            f"--health-probe-bind-address=127.0.0.1:{port}",
+        ],
+        environ={},
+    )
+    with control_plane.api_client() as api:
+        manager = Manager(
+            cfg, "widgets", Resource(GROUP, VERSION, PLURAL), new_reconciler, api_client=api
+        )
+        runner = threading.Thread(target=manager.run, daemon=True)
+        runner.start()
+        try:
+            wait_for(lambda: probe(port, "/readyz") == 200, what="/readyz")
+            wait_for(lambda: probe(port, "/healthz") == 200, what="/healthz while all is well")
+            writer_alive.clear()
+            assert not manager.healthy()
+            assert probe(port, "/healthz") == 503
+            writer_alive.set()
+            assert probe(port, "/healthz") == 200
+            broken.set()
+            assert probe(port, "/healthz") == 503  # a check that raises has failed
+        finally:
+            manager.request_shutdown()
+            runner.join(30)
+        assert not runner.is_alive()

@@ -2,19 +2,54 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from collections.abc import Iterator
+
 import pytest
+import structlog
 from kubernetes import client
 from tenacity import RetryCallState
-from urllib3.exceptions import ProtocolError
+from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
 from controller import retry
 
 
-def api_error(status: int, headers: dict[str, str] | None = None) -> client.ApiException:
-    """An ApiException as the client raises it."""
-    exc = client.ApiException(status=status, reason="test")
+@pytest.fixture(autouse=True)
+def reachable() -> Iterator[None]:
+    """Each test starts (and leaves) the process-wide memory of outages empty."""
+    retry.REACHABILITY.forget()
+    yield
+    retry.REACHABILITY.forget()
+
+
+def api_error(
+    status: int, headers: dict[str, str] | None = None, message: str = "test"
+) -> client.ApiException:
+    """An ApiException as the client raises it, with a Status body carrying ``message``."""
+    body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": status})
+    exc = client.ApiException(status=status, reason="test", body=body)
     exc.headers = headers
     return exc
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        """Start at 1000 s."""
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        """The current time."""
+        return self.now
+
+
+def refused() -> MaxRetryError:
+    """What urllib3 raises once it gives up connecting to a stopped apiserver."""
+    reason = NewConnectionError(None, "Failed to establish a new connection: [Errno 111]")  # type: ignore[arg-type]
+    return MaxRetryError(None, "/apis", reason)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -29,12 +64,122 @@ def api_error(status: int, headers: dict[str, str] | None = None) -> client.ApiE
         pytest.param(api_error(409), False, id="409-conflict"),
         pytest.param(api_error(410), False, id="410-gone"),
         pytest.param(api_error(422), False, id="422"),
+        pytest.param(api_error(403), False, id="403"),
+        pytest.param(api_error(401), False, id="401"),
+        pytest.param(refused(), True, id="max-retries"),
         pytest.param(ValueError("bug"), False, id="bug"),
+        pytest.param(
+            api_error(500, message="etcdserver: request is too large"), False, id="etcd-too-large"
+        ),
+        pytest.param(
+            api_error(
+                500,
+                message="rpc error: code = ResourceExhausted desc = trying to send message "
+                "larger than max (2097624 vs. 2097152)",
+            ),
+            False,
+            id="grpc-too-large",
+        ),
+        pytest.param(
+            api_error(413, message="Request entity too large: limit is 3145728"),
+            False,
+            id="413-too-large",
+        ),
     ],
 )
 def test_is_transient(exc: BaseException, *, transient: bool) -> None:
-    """Only connection errors, 429 and 5xx count as transient."""
+    """Only connection errors, 429 and 5xx count as transient (not a too-large write)."""
     assert retry.is_transient(exc) is transient
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize(
+    "outage",
+    [
+        pytest.param(refused(), id="refused"),
+        pytest.param(ProtocolError("Connection aborted."), id="reset"),
+        pytest.param(api_error(503), id="503"),
+        pytest.param(api_error(0), id="transport"),
+    ],
+)
+def test_auth_errors_just_after_an_outage_are_transient(outage: BaseException, status: int) -> None:
+    """A restarting apiserver answers 401/403 before its authorizer loads: retry those."""
+    clock = FakeClock()
+    reachability = retry.Reachability(window=30.0, monotonic=clock)
+    assert not retry.is_transient(api_error(status), reachability)
+    assert retry.is_transient(outage, reachability)
+    clock.now += 0.1
+    assert retry.is_transient(api_error(status), reachability)
+    clock.now += 29.8
+    assert retry.is_transient(api_error(status), reachability)
+    clock.now += 0.2  # the window is measured from the connection error, not extended by 403s
+    assert not retry.is_transient(api_error(status), reachability)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(api_error(429), id="429"),
+        pytest.param(api_error(404), id="404"),
+        pytest.param(api_error(500, message="etcdserver: request is too large"), id="too-large"),
+    ],
+)
+def test_answers_that_are_not_outages_leave_auth_errors_final(answer: BaseException) -> None:
+    """Throttling, a 404 or a too-large write mean the apiserver is up: 403 stays final."""
+    reachability = retry.Reachability(monotonic=FakeClock())
+    retry.is_transient(answer, reachability)
+    assert not retry.is_transient(api_error(403), reachability)
+
+
+def test_the_memory_of_outages_is_shared_by_every_caller() -> None:
+    """A connection error classified anywhere makes the next 403 anywhere transient."""
+    assert not retry.is_transient(api_error(403))
+    retry.is_transient(refused())  # e.g. the event recorder saw the apiserver go away
+    assert retry.REACHABILITY.recently_unreachable()
+    assert retry.is_transient(api_error(403))  # e.g. the status writer, a moment later
+
+
+def test_a_403_after_an_outage_is_retried_in_call() -> None:
+    """Refused, then 403 while the authorizer loads, then the answer: three calls."""
+    outcomes: list[BaseException | str] = [refused(), api_error(403), "ok"]
+
+    def call() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    policy = retry.retrying()
+    policy.sleep = lambda _seconds: None
+    assert policy(call) == "ok"
+    assert outcomes == []
+
+
+def test_request_too_large() -> None:
+    """413 and etcd's 500 are too large; other 500s and non-API errors are not."""
+    assert retry.request_too_large(api_error(413))
+    assert retry.request_too_large(api_error(500, message="etcdserver: request is too large"))
+    assert not retry.request_too_large(api_error(500, message="etcdserver: request timed out"))
+    assert not retry.request_too_large(ValueError("request is too large"))
+
+
+def test_an_interrupt_ends_the_retries_and_cuts_the_backoff_short() -> None:
+    """An interrupt during a 30 s Retry-After wait wakes it; the last error is raised."""
+    interrupt = threading.Event()
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        raise api_error(429, {"Retry-After": "30"})
+
+    policy = retry.retrying(max_attempts=100, max_delay=300, interrupt=interrupt)
+    policy.before_sleep = lambda _state: interrupt.set()  # closing just as the wait starts
+    started = time.monotonic()
+    with pytest.raises(client.ApiException) as raised:
+        policy(call)
+    assert time.monotonic() - started < 10
+    assert raised.value.status == 429
+    assert len(calls) == 2  # the wait was cut short, then the stop condition held
 
 
 def test_retries_until_success() -> None:
@@ -123,3 +268,21 @@ def test_wait_falls_back_to_jittered_backoff() -> None:
 
     assert 0.2 <= wait(state(1)) <= 0.7
     assert 10.0 <= wait(state(20)) <= 10.5
+
+
+def test_a_failing_call_logs_at_most_one_info_line_every_few_seconds() -> None:
+    """The first retry and the long waits are logged at info; the quick ones at debug."""
+    policy = retry.retrying(max_attempts=8, max_delay=300)
+    policy.sleep = lambda _seconds: None
+
+    def call() -> None:
+        raise refused()
+
+    with structlog.testing.capture_logs() as logs, pytest.raises(MaxRetryError):
+        policy(call)
+    lines = [line for line in logs if line["event"] == "Kubernetes API call failed; retrying"]
+    assert [line["attempt"] for line in lines] == [1, 2, 3, 4, 5, 6, 7]
+    info = [line for line in lines if line["log_level"] == "info"]
+    assert info[0]["attempt"] == 1
+    assert all(line["wait"] >= retry.RETRY_LOG_INTERVAL for line in info[1:])
+    assert [line["attempt"] for line in info] == [1, 6, 7]  # waits 6.4 s and 10 s (+ jitter)

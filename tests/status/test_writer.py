@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,12 +15,29 @@ from prometheus_client import CollectorRegistry
 
 from controller.cache import ObjectKey, Store
 from status import conditions as cond
-from status.writer import StatusWriter
+from status.writer import StatusTooLargeError, StatusWriter
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def create_stack(
+    api_client: client.ApiClient, namespace: str, name: str = "s"
+) -> tuple[ObjectKey, Store, client.CustomObjectsApi]:
+    """Create a Stack ``name``; its key, a Store caching it like the informer would, the API."""
+    api = client.CustomObjectsApi(api_client)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Stack",
+        "metadata": {"name": name},
+        "spec": {"stack": "dev", "projectRepo": "git://127.0.0.1/x.git", "branch": "main"},
+    }
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    store = Store()
+    store.upsert(get(api, namespace, name))
+    return ObjectKey(namespace, name), store, api
 
 
 @pytest.fixture
@@ -28,23 +46,13 @@ def stack(
 ) -> tuple[ObjectKey, Store, client.CustomObjectsApi]:
     """A Stack in the namespace, cached in a Store like the informer would."""
     del stack_crd
-    api = client.CustomObjectsApi(api_client)
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Stack",
-        "metadata": {"name": "s"},
-        "spec": {"stack": "dev", "projectRepo": "git://127.0.0.1/x.git", "branch": "main"},
-    }
-    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    store = Store()
-    store.upsert(get(api, namespace))
-    return ObjectKey(namespace, "s"), store, api
+    return create_stack(api_client, namespace)
 
 
-def get(api: client.CustomObjectsApi, namespace: str) -> dict[str, Any]:
+def get(api: client.CustomObjectsApi, namespace: str, name: str = "s") -> dict[str, Any]:
     """Read the Stack."""
     obj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
-        GROUP, VERSION, namespace, PLURAL, "s"
+        GROUP, VERSION, namespace, PLURAL, name
     )
     return obj
 
@@ -126,17 +134,19 @@ def step(message: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     return lambda s: cond.progressing(s, 1, message, NOW)
 
 
-def reconciling_message(api: client.CustomObjectsApi, namespace: str) -> str | None:
+def reconciling_message(
+    api: client.CustomObjectsApi, namespace: str, name: str = "s"
+) -> str | None:
     """The Reconciling condition's message as the API has it."""
-    for condition in get(api, namespace).get("status", {}).get("conditions", []):
+    for condition in get(api, namespace, name).get("status", {}).get("conditions", []):
         if condition["type"] == "Reconciling":
             return str(condition["message"])
     return None
 
 
-def wait_for(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` for up to 30 s."""
-    deadline = time.monotonic() + 30
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Poll ``check`` for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
@@ -201,3 +211,41 @@ def test_close_drops_pending_progress_and_ignores_later_intents(
     assert writer.pending() == 0
     assert reconciling_message(api, key.namespace) == "running"
     assert written(registry, "written") == 1
+
+
+@pytest.mark.parametrize(
+    "mebibytes",
+    [
+        pytest.param(1.7, id="etcd-request-limit"),
+        pytest.param(2.5, id="etcd-grpc-limit"),
+        pytest.param(3.5, id="apiserver-body-limit"),
+    ],
+)
+def test_a_status_too_large_to_store_raises_status_too_large_error(
+    api_client: client.ApiClient,
+    stack: tuple[ObjectKey, Store, client.CustomObjectsApi],
+    mebibytes: float,
+) -> None:
+    """Each size limit on the way to etcd refuses at once: a dedicated error, no retries."""
+    key, store, api = stack
+    registry = CollectorRegistry()
+    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry)
+    huge = "x" * int(mebibytes * 1024 * 1024)
+    outcome: list[bool | BaseException] = []
+
+    def write_huge() -> None:
+        try:
+            outcome.append(writer.update(key, lambda s: {**s, "outputs": {"huge": huge}}))
+        except Exception as err:  # noqa: BLE001 - the test inspects it
+            outcome.append(err)
+
+    thread = threading.Thread(target=write_huge, daemon=True)
+    thread.start()
+    thread.join(30)
+    writer.close()  # if it was still retrying as if transient, this ends it
+    thread.join(30)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], StatusTooLargeError), outcome[0]
+    assert outcome[0].status in {413, 500}
+    assert written(registry, "error") == 1  # one PATCH call, not retried
+    assert "outputs" not in get(api, key.namespace).get("status", {})

@@ -8,8 +8,9 @@ user in ``system:masters``. No controller-manager or scheduler runs: namespaces 
 finish deleting and nothing is garbage-collected (as in envtest).
 
 Fault injection for tests: ``restart_apiserver()`` kills and restarts kube-apiserver on
-the same port, and ``compact_etcd()`` compacts etcd's history so that watches from an
-older resourceVersion get ``410 Gone``.
+the same port (``stop_apiserver()`` and ``start_apiserver()`` are its two halves, for an
+outage of a length the test decides), and ``compact_etcd()`` compacts etcd's history so
+that watches from an older resourceVersion get ``410 Gone``.
 """
 
 from __future__ import annotations
@@ -87,9 +88,17 @@ class ControlPlane:
 
     def restart_apiserver(self, down_for: float = 0.0) -> None:
         """Kill kube-apiserver (SIGKILL), wait ``down_for`` seconds, start it again."""
-        assert self._apiserver is not None
-        self._apiserver.kill()
+        self.stop_apiserver()
         time.sleep(down_for)
+        self.start_apiserver()
+
+    def stop_apiserver(self) -> None:
+        """Kill kube-apiserver (SIGKILL), as a crash would; etcd keeps running."""
+        assert self._apiserver is not None, "the apiserver is not running"
+        self._apiserver.kill()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port; returns once ``/readyz`` says ok."""
         self._start_apiserver()
 
     def compact_etcd(self) -> int:
