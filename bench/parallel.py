@@ -57,7 +57,10 @@ def _measure(ctx: Context, workers: int) -> dict[str, float]:
     api = client.CustomObjectsApi(bed.api)
     timeout = START_TIMEOUT + count * (scale.parallel_delay + 60)
     ctx.progress(f"parallel: {count} updates of {scale.parallel_delay:g}s with {workers} workers")
-    operator = Operator(bed, namespace, f"--workers={workers}")
+    # One namespace: the per-namespace cap would leave the extra workers idle.
+    operator = Operator(
+        bed, namespace, f"--workers={workers}", "--max-concurrent-reconciles-per-namespace=0"
+    )
     with StackWatch(bed.api, namespace) as watch, operator:
         operator.wait_until("/readyz", START_TIMEOUT)
         machine, cpu = CpuTimes.now(), operator.cpu_seconds()

@@ -29,6 +29,18 @@ class Config:
 
     namespaces: tuple[str, ...]  # empty: all namespaces
     workers: int
+    max_concurrent_reconciles_per_namespace: int
+    """At most this many reconciles of one namespace run at once; 0 means no limit.
+
+    Namespaces take turns for free workers either way (round robin); the cap also keeps
+    workers free for other namespaces while one namespace has many Stacks waiting.
+    Default: half of ``workers``, at least 1.
+    """
+    run_timeout: float
+    """Seconds one Pulumi run may take before it is interrupted (default 7200).
+
+    A Stack's ``spec.timeoutSeconds`` overrides it for that Stack.
+    """
     resync_period: float
     metrics_bind_address: str
     health_probe_bind_address: str
@@ -73,6 +85,18 @@ def _positive(kind: type[float]) -> Callable[[str], float]:
     return parse
 
 
+def _non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        msg = f"{value!r} is not a whole number"
+        raise argparse.ArgumentTypeError(msg) from None
+    if number < 0:
+        msg = f"{value!r} must be 0 or more"
+        raise argparse.ArgumentTypeError(msg)
+    return number
+
+
 def _namespaces(value: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     for name in names:
@@ -110,6 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="concurrent reconciles (Pulumi updates) (default: 2)",
     )
     add(
+        "--max-concurrent-reconciles-per-namespace",
+        type=_non_negative_int,
+        default=None,
+        help="reconciles of one namespace running at once, so that a namespace with many "
+        "Stacks waiting leaves workers to the others; namespaces also take turns for free "
+        "workers; 0 for no limit (default: half of --workers, at least 1)",
+    )
+    add(
+        "--run-timeout",
+        type=_positive(float),
+        default=7200.0,
+        help="seconds one Pulumi run may take before it is interrupted; a Stack's "
+        "spec.timeoutSeconds overrides it (default: 7200)",
+    )
+    add(
         "--resync-period",
         type=_positive(float),
         default=600.0,
@@ -118,14 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--metrics-bind-address",
         type=_address,
-        default=":8080",
-        help="host:port serving /metrics; port 0 disables (default: :8080)",
+        default="127.0.0.1:8080",
+        help="host:port serving /metrics; :port for every interface, as in a pod; "
+        "port 0 disables (default: 127.0.0.1:8080)",
     )
     add(
         "--health-probe-bind-address",
         type=_address,
-        default=":8081",
-        help="host:port serving /healthz and /readyz; port 0 disables (default: :8081)",
+        default="127.0.0.1:8081",
+        help="host:port serving /healthz and /readyz; :port for every interface, as the "
+        "kubelet's probes need; port 0 disables (default: 127.0.0.1:8081)",
     )
     add(
         "--leader-elect",
@@ -231,6 +272,12 @@ def _env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
     return flags
 
 
+def _per_namespace_cap(args: argparse.Namespace) -> int:
+    """The flag's value, or half the workers (at least 1) when it is not given."""
+    cap: int | None = args.max_concurrent_reconciles_per_namespace
+    return max(1, args.workers // 2) if cap is None else cap
+
+
 def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
     """Parse flags (with environment fallbacks); exits with status 2 on bad input."""
     environ = os.environ if environ is None else environ
@@ -241,6 +288,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     return Config(
         namespaces=args.namespaces,
         workers=args.workers,
+        max_concurrent_reconciles_per_namespace=_per_namespace_cap(args),
+        run_timeout=args.run_timeout,
         resync_period=args.resync_period,
         metrics_bind_address=f"{args.metrics_bind_address[0]}:{args.metrics_bind_address[1]}",
         health_probe_bind_address=(

@@ -6,7 +6,8 @@ same shape: JSON by default (for log pipelines), or coloured console output for 
 Context bound with ``structlog.contextvars`` (the worker binds the object's namespace and
 name and a reconcile id) appears on every line logged in that thread, library lines too.
 
-Exceptions are rendered without frame locals: locals can hold secrets.
+Exceptions are rendered without frame locals, in both formats: locals can hold secrets.
+(structlog's console default, with ``rich`` installed, would print every frame's locals.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
     )
     renderer: list[Processor]
     if log_format == "console":
-        renderer = [structlog.dev.ConsoleRenderer()]
+        # plain_traceback: the standard library's format, never locals, whatever is installed.
+        renderer = [
+            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+        ]
     else:
         transformer = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
         renderer = [

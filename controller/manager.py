@@ -38,7 +38,7 @@ from controller.informer import (
 )
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.reconciler import Reconciler
-from controller.workers import Controller
+from controller.workers import Controller, by_namespace
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +68,9 @@ class ManagerContext:
     """Extra informer event handlers (e.g. metrics); the factory may append to it."""
     closers: list[Callable[[float], object]] = dataclasses.field(default_factory=list)
     """Called with a timeout in seconds once the workers have drained (flush, stop threads)."""
+    liveness_checks: list[Callable[[], bool]] = dataclasses.field(default_factory=list)
+    """Each says whether a long-lived thread of the reconciler still runs; ``/healthz``
+    fails while any says False (or raises)."""
     leading_since: Callable[[], float | None] = lambda: None
     """``time.monotonic()`` when this replica took the Lease; None when not leading."""
 
@@ -165,6 +168,15 @@ class _Probes(http.server.ThreadingHTTPServer):
         super().__init__(address, Handler)
 
 
+def _passes(check: Callable[[], bool]) -> bool:
+    """Run a liveness check; one that raises has failed."""
+    try:
+        return check()
+    except Exception:
+        log.exception("A liveness check raised")
+        return False
+
+
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
@@ -207,8 +219,16 @@ class Manager:
             leading_since=lambda: self._leading_since,
         )
         self._closers = context.closers
+        self._liveness_checks = context.liveness_checks
+        # Namespaces take turns for the workers, and one namespace runs at most
+        # --max-concurrent-reconciles-per-namespace reconciles at once (0: no limit).
         self.controller = Controller(
-            name, new_reconciler(context), self.registry, workers=cfg.workers
+            name,
+            new_reconciler(context),
+            self.registry,
+            workers=cfg.workers,
+            shard=by_namespace,
+            max_in_flight_per_shard=cfg.max_concurrent_reconciles_per_namespace or None,
         )
         handler = FanOut([self.controller, *context.handlers])
         self.informer = Informer(
@@ -229,9 +249,14 @@ class Manager:
         self._threads: list[threading.Thread] = []
 
     def healthy(self) -> bool:
-        """Every thread that should run is running."""
+        """Every thread that should run is running, the reconciler's own ones too."""
         workers_ok = not self._started_workers.is_set() or self.controller.alive()
-        return self.informer.alive() and workers_ok and all(t.is_alive() for t in self._threads)
+        return (
+            self.informer.alive()
+            and workers_ok
+            and all(t.is_alive() for t in self._threads)
+            and all(_passes(check) for check in self._liveness_checks)
+        )
 
     def ready(self) -> bool:
         """The cache has synced (a standby is ready too: it serves probes and metrics)."""

@@ -5,13 +5,20 @@
 and ``run_worker`` threads looping over ``process_next_work_item`` — the one place where a
 reconcile's result or exception becomes a queue action:
 
-| reconcile                     | queue                                                 |
-| ----------------------------- | ----------------------------------------------------- |
-| returns ``Result()``          | ``forget``                                            |
-| returns ``requeue_after=s``   | ``forget`` + ``add_after(s)``                         |
-| raises ``TransientError``     | cap the key's backoff if asked, ``add_rate_limited``  |
-| raises ``TerminalError``      | ``forget`` (no retry until the object changes)        |
-| raises anything else          | log with traceback, ``add_rate_limited``              |
+| reconcile                    | queue                                                   |
+| ---------------------------- | ------------------------------------------------------- |
+| returns ``Result()``         | ``forget``                                              |
+| returns ``requeue_after=s``  | ``forget`` + ``add_after(s)``                           |
+| raises ``TransientError``    | cap the key's backoff if asked, ``add_rate_limited``    |
+| raises ``TerminalError``     | ``forget`` (no retry until the object changes)          |
+| raises a transient API error | log without traceback, ``add_rate_limited``             |
+| raises anything else (a bug) | count a panic, log with traceback, ``add_rate_limited`` |
+
+A transient API error is what ``controller.retry.is_transient`` accepts (connection
+errors, 429 and 5xx answers) escaping the reconcile after its in-call retries: an error,
+not a panic. Optionally the queue hands keys out round robin between namespaces and caps
+the reconciles running at once per namespace (``shard=by_namespace``,
+``max_in_flight_per_shard``), so that one busy namespace cannot hold every worker.
 
 ``done`` is called on every path, and a worker thread never dies of a reconcile's
 exception. Once shutting down (or interrupted) a worker starts no new reconcile: keys
@@ -25,8 +32,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable, Hashable
 
 import structlog
+from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controller.cache import Object, ObjectKey
@@ -38,6 +47,7 @@ from controller.ratelimit import (
     MaxOfRateLimiter,
 )
 from controller.reconciler import Reconciler, Result, TerminalError, TransientError
+from controller.retry import is_transient
 from controller.workqueue import WorkQueue, WorkQueueMetrics
 
 log = structlog.get_logger(__name__)
@@ -102,6 +112,18 @@ class ControllerMetrics:
         )
 
 
+def by_namespace(key: ObjectKey) -> str:
+    """Shard keys by namespace (for ``Controller(shard=...)``)."""
+    return key.namespace
+
+
+def _describe(err: Exception) -> str:
+    """A short, body-free description of a transient API failure, for the log."""
+    if isinstance(err, client.ApiException):
+        return f"{type(err).__name__}: {err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
 class Controller:
     """A work queue fed by informer events and drained by reconcile workers."""
 
@@ -115,8 +137,16 @@ class Controller:
         clock: Clock | None = None,
         qps: float = 10.0,
         burst: int = 100,
+        shard: Callable[[ObjectKey], Hashable] | None = None,
+        max_in_flight_per_shard: int | None = None,
     ) -> None:
-        """Build the queue with client-go's default limiter (5 ms→1000 s per key, 10 qps/100)."""
+        """Build the queue with client-go's default limiter (5 ms→1000 s per key, 10 qps/100).
+
+        ``shard`` (e.g. ``by_namespace``) makes the queue hand keys out round robin
+        between shards, and ``max_in_flight_per_shard`` caps the reconciles running at
+        once per shard; both default off (first come, first served, no cap). See
+        ``controller.workqueue.WorkQueue``.
+        """
         self.name = name
         self._reconciler = reconciler
         self._workers = workers
@@ -126,7 +156,12 @@ class Controller:
             self._backoff, BucketRateLimiter[ObjectKey](qps, burst, self._clock)
         )
         self.queue = WorkQueue[ObjectKey](
-            name, clock=self._clock, rate_limiter=limiter, metrics=WorkQueueMetrics(registry)
+            name,
+            clock=self._clock,
+            rate_limiter=limiter,
+            metrics=WorkQueueMetrics(registry),
+            shard=shard,
+            max_in_flight_per_shard=max_in_flight_per_shard,
         )
         self._metrics = m = ControllerMetrics(registry)
         # Every series exists from the start, as controller-runtime does it.
@@ -242,13 +277,21 @@ class Controller:
             self._metrics.terminal_errors.labels(self.name).inc()
             log.info("Reconcile failed terminally; waiting for a change", error=str(err))
             self.queue.forget(key)
-        except Exception:
-            self._count("error")
-            self._metrics.panics.labels(self.name).inc()
-            log.exception("Reconcile raised unexpectedly; requeuing with backoff")
-            self.queue.add_rate_limited(key)
+        except Exception as err:  # noqa: BLE001 - a worker never dies of a reconcile's bug
+            self._unexpected(key, err)
         else:
             self._finish(key, result)
+
+    def _unexpected(self, key: ObjectKey, err: Exception) -> None:
+        """A transient API failure is an error; anything else is a bug, a panic."""
+        self._count("error")
+        if is_transient(err):
+            self._metrics.errors.labels(self.name).inc()
+            log.info("Kubernetes API call failed; requeuing with backoff", error=_describe(err))
+        else:
+            self._metrics.panics.labels(self.name).inc()
+            log.error("Reconcile raised unexpectedly; requeuing with backoff", exc_info=err)
+        self.queue.add_rate_limited(key)
 
     def _finish(self, key: ObjectKey, result: Result) -> None:
         self.queue.forget(key)

@@ -5,11 +5,19 @@
 of keys guarded by one `threading.Condition`, and a `_WaitingLoop` thread holding keys
 added with a delay. Guarantees, as in client-go's `doc.go`:
 
-- Fair: keys are handed out in the order they were added.
+- Fair: keys are handed out in the order they were added; with a `shard` function, fair
+  between shards first (round robin, see below) and in add order within a shard.
 - Stingy: a key is never handed to two workers at once, and a key added several times
   before a worker gets it is handed out once.
 - A key added while a worker processes it is queued again when the worker calls `done`.
 - Multiple producers and consumers; shutdown wakes every blocked `get()`.
+
+Sharding (optional, off by default): `shard(key)` names the key's shard (a namespace, a
+tenant); `get()` takes the next key from the shard served least recently, so one shard
+with many queued keys cannot delay another shard's new key behind all of them. With
+`max_in_flight_per_shard`, `get()` never hands out a key whose shard already has that many
+keys being processed: such keys wait for a `done()` of their shard while other shards'
+keys are still handed out (so workers may idle while only capped keys are queued).
 
 What it leaves to callers: every key returned by `get()` must be passed to `done()`, and
 keys that succeeded must be passed to `forget()` to reset their backoff. Time is read
@@ -253,11 +261,90 @@ class _WaitingLoop(Generic[K]):
         return ready
 
 
+def _one_shard(key: Hashable) -> None:
+    """The shard of every key when the queue is not sharded: one FIFO for all."""
+    del key
+
+
+class _ShardedFifo(Generic[K]):
+    """Queued keys in per-shard FIFOs, handed out round robin; not thread-safe.
+
+    The `WorkQueue` calls every method under its own lock. `pop` takes the head of the
+    queued shard served least recently, skipping shards at the in-flight cap; a shard
+    with nothing queued and nothing in flight is forgotten, so when it comes back it
+    counts as never served and goes first (shards never served go in arrival order).
+    With a single shard this is a plain FIFO.
+    """
+
+    def __init__(self, shard: Callable[[K], Hashable], max_in_flight: int | None) -> None:
+        self._shard = shard
+        self._max_in_flight = max_in_flight
+        # _queues: the shards with queued keys, in the order they last became non-empty.
+        # _in_flight: keys handed out and not finished, per shard (no zero entries).
+        # _last_served: serve number of each shard's latest pop, while it has keys
+        # queued or in flight.
+        self._queues: dict[Hashable, deque[K]] = {}
+        self._in_flight: dict[Hashable, int] = {}
+        self._last_served: dict[Hashable, int] = {}
+        self._serves = itertools.count()
+        self._queued = 0
+
+    def __len__(self) -> int:
+        return self._queued
+
+    def push(self, key: K) -> None:
+        """Queue `key` at the end of its shard's FIFO."""
+        self._queues.setdefault(self._shard(key), deque()).append(key)
+        self._queued += 1
+
+    def pop(self) -> K | None:
+        """Take the next key to hand out and count it in flight; None if all are capped."""
+        chosen = self._next_shard()
+        if chosen is None:
+            return None
+        shard, keys = chosen
+        key = keys.popleft()
+        if not keys:
+            del self._queues[shard]
+        self._queued -= 1
+        self._last_served[shard] = next(self._serves)
+        self._in_flight[shard] = self._in_flight.get(shard, 0) + 1
+        return key
+
+    def finish(self, key: K) -> None:
+        """Stop counting `key` (handed out by `pop`) in flight."""
+        shard = self._shard(key)
+        left = self._in_flight[shard] - 1
+        if left:
+            self._in_flight[shard] = left
+            return
+        del self._in_flight[shard]
+        if shard not in self._queues:
+            del self._last_served[shard]
+
+    def _next_shard(self) -> tuple[Hashable, deque[K]] | None:
+        """The uncapped queued shard served least recently (first in order on ties)."""
+        best: tuple[Hashable, deque[K]] | None = None
+        best_rank = 0
+        for shard, keys in self._queues.items():
+            if self._capped(shard):
+                continue
+            rank = self._last_served.get(shard, -1)
+            if best is None or rank < best_rank:
+                best, best_rank = (shard, keys), rank
+        return best
+
+    def _capped(self, shard: Hashable) -> bool:
+        cap = self._max_in_flight
+        return cap is not None and self._in_flight.get(shard, 0) >= cap
+
+
 class WorkQueue(Generic[K]):
     """Fair, stingy, rate-limited FIFO of hashable keys, shared by producers and workers.
 
     `get()` blocks until a key is available and returns it; after `shut_down()` it keeps
-    returning the keys still queued and then returns None, which tells the worker to exit.
+    returning the keys still queued (a key of a shard at its in-flight cap once its shard
+    has a `done()`) and then returns None, which tells the worker to exit.
     (None is never a key: `K` is the key type, `K | None` the result.) Callers must call
     `done(key)` for every key `get()` returned. A key added while it is being processed is
     queued again after `done`. `len()` counts queued keys only (not processing, not
@@ -267,13 +354,15 @@ class WorkQueue(Generic[K]):
     asks the `RateLimiter` for the delay (default: client-go's controller rate limiter).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - each knob is documented and defaulted
         self,
         name: str,
         *,
         clock: Clock | None = None,
         rate_limiter: RateLimiter[K] | None = None,
         metrics: WorkQueueMetrics | None = None,
+        shard: Callable[[K], Hashable] | None = None,
+        max_in_flight_per_shard: int | None = None,
     ) -> None:
         """Create the queue `name` and start its waiting thread.
 
@@ -284,7 +373,18 @@ class WorkQueue(Generic[K]):
                 `default_controller_rate_limiter(clock)`.
             metrics: Where to record `workqueue_*` metrics; if omitted they go to a
                 private registry nobody scrapes.
+            shard: The shard of a key (e.g. its namespace); the same key must always give
+                the same shard. Keys are handed out round robin between shards. If
+                omitted, every key is in one shard: plain FIFO.
+            max_in_flight_per_shard: At most this many keys of one shard are processed
+                at once; None (the default) for no limit.
+
+        Raises:
+            ValueError: `max_in_flight_per_shard` is less than 1.
         """
+        if max_in_flight_per_shard is not None and max_in_flight_per_shard < 1:
+            msg = f"max_in_flight_per_shard must be at least 1, not {max_in_flight_per_shard}"
+            raise ValueError(msg)
         self.name = name
         self._clock: Clock = RealClock() if clock is None else clock
         self._rate_limiter: RateLimiter[K] = (
@@ -294,11 +394,13 @@ class WorkQueue(Generic[K]):
         self._metrics: QueueMetrics[K] = QueueMetrics(families, name, self._clock)
         self._cond = threading.Condition()
         # Guarded by _cond.
-        # _queue: keys to hand out, in order; each is in _dirty and not in _processing.
+        # _queue: keys to hand out, per shard; each is in _dirty and not in _processing.
         # _dirty: every key that needs processing (queued, or re-added while processing).
         # _processing: keys handed out by get() and not yet done(); may also be in _dirty.
         # _drain: shut_down_with_drain() is waiting for _processing to empty.
-        self._queue: deque[K] = deque()
+        self._queue: _ShardedFifo[K] = _ShardedFifo(
+            _one_shard if shard is None else shard, max_in_flight_per_shard
+        )
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._shutting_down = False
@@ -314,21 +416,23 @@ class WorkQueue(Generic[K]):
             self._dirty.add(key)
             if key in self._processing:
                 return  # done() queues it again.
-            self._queue.append(key)
+            self._queue.push(key)
             self._cond.notify()
 
     def get(self) -> K | None:
-        """Block until a key is queued and return it, or return None once shut down and empty.
+        """Block until a key can be handed out and return it; None once shut down and empty.
 
-        The caller now owns the key and must call `done(key)` when finished with it; no
-        other worker gets it until then.
+        A queued key of a shard at its in-flight cap cannot be handed out: `get()` waits
+        for that shard's `done()` (or another key), even after shutdown. The caller now
+        owns the key and must call `done(key)` when finished with it; no other worker
+        gets it until then.
         """
         with self._cond:
-            while not self._queue and not self._shutting_down:
-                self._cond.wait()
-            if not self._queue:
-                return None
-            key = self._queue.popleft()
+            while (key := self._queue.pop()) is None:
+                if self._shutting_down and not self._queue:
+                    return None
+                # Through the clock, so that a FakeClock counts a blocked get() as a waiter.
+                self._clock.wait_until(self._cond, None)
             self._metrics.get(key)
             self._processing.add(key)
             self._dirty.discard(key)
@@ -348,10 +452,11 @@ class WorkQueue(Generic[K]):
             self._metrics.done(key)
             self._processing.remove(key)
             if key in self._dirty:
-                self._queue.append(key)
-                self._cond.notify()
-            if not self._processing:
-                self._cond.notify_all()  # Wakes shut_down_with_drain().
+                self._queue.push(key)  # Before finish(): the shard stays remembered.
+            self._queue.finish(key)
+            # Wakes get()s (a key is queued again, or its shard is below its cap again)
+            # and, once nothing is processing, shut_down_with_drain().
+            self._cond.notify_all()
 
     def __len__(self) -> int:
         """Return the number of queued keys (informational only)."""
@@ -383,7 +488,7 @@ class WorkQueue(Generic[K]):
         self._waiting.stop()
         with self._cond:
             while self._processing and self._drain:
-                self._cond.wait()
+                self._clock.wait_until(self._cond, None)
 
     def shutting_down(self) -> bool:
         """Return whether `shut_down` or `shut_down_with_drain` was called."""

@@ -23,6 +23,39 @@ def test_environment_fills_in_flags_and_flags_win() -> None:
     assert (cfg.workers, cfg.leader_elect) == (3, False)
 
 
+def test_endpoints_bind_loopback_unless_told_otherwise() -> None:
+    """/metrics and the probes are private by default; ``:port`` binds every interface."""
+    cfg = parse_config([], {})
+    assert cfg.metrics_bind_address == "127.0.0.1:8080"
+    assert cfg.health_probe_bind_address == "127.0.0.1:8081"
+    cfg = parse_config([], {"PSO_METRICS_BIND_ADDRESS": ":9090"})
+    assert cfg.metrics_bind_address == "0.0.0.0:9090"
+    cfg = parse_config(["--health-probe-bind-address=:9091"], {})
+    assert cfg.health_probe_bind_address == "0.0.0.0:9091"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "cap"),
+    [
+        pytest.param([], {}, 1, id="default-2-workers"),
+        pytest.param(["--workers=1"], {}, 1, id="default-at-least-1"),
+        pytest.param(["--workers=5"], {}, 2, id="default-half-the-workers"),
+        pytest.param(["--max-concurrent-reconciles-per-namespace=0"], {}, 0, id="no-limit"),
+        pytest.param([], {"PSO_MAX_CONCURRENT_RECONCILES_PER_NAMESPACE": "3"}, 3, id="environment"),
+    ],
+)
+def test_per_namespace_cap(argv: list[str], env: dict[str, str], cap: int) -> None:
+    """Half the workers (at least 1) unless given; 0 means no limit."""
+    assert parse_config(argv, env).max_concurrent_reconciles_per_namespace == cap
+
+
+def test_run_timeout() -> None:
+    """Two hours by default, from the flag or PSO_RUN_TIMEOUT otherwise."""
+    assert parse_config([], {}).run_timeout == 7200.0
+    assert parse_config([], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 90.0
+    assert parse_config(["--run-timeout=1.5"], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 1.5
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
@@ -33,6 +66,10 @@ def test_environment_fills_in_flags_and_flags_win() -> None:
         pytest.param(["--retry-period=35"], {}, "--renew-deadline", id="lease-timing"),
         pytest.param(["--frobnicate"], {}, "unrecognized arguments", id="unknown-flag"),
         pytest.param([], {"PSO_LEADER_ELECT": "maybe"}, "true or false", id="env-bool"),
+        pytest.param(
+            ["--max-concurrent-reconciles-per-namespace=-1"], {}, "must be 0 or more", id="cap"
+        ),
+        pytest.param(["--run-timeout=0"], {}, "must be greater than 0", id="run-timeout"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(

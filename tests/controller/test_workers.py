@@ -6,12 +6,16 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from kubernetes import client
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+from urllib3.exceptions import ProtocolError
 
+from controller import retry
 from controller.cache import ObjectKey
 from controller.clock import FakeClock
 from controller.reconciler import Result, TerminalError, TransientError
-from controller.workers import Controller
+from controller.workers import Controller, by_namespace
 
 KEY = ObjectKey("ns", "stack")
 Behaviour = Callable[[ObjectKey, threading.Event], Result]
@@ -271,3 +275,150 @@ def test_deletes_enqueue_the_key_even_when_found_by_a_relist(controller: Control
     controller.queue.done(KEY)
     controller.on_delete(obj)
     assert len(controller.queue) == 1
+
+
+# -- transient API failures are errors, not panics ----------------------------------------
+
+
+def counter(registry: CollectorRegistry, name: str) -> float | None:
+    """A per-controller counter of the "stacks" controller."""
+    return registry.get_sample_value(name, {"controller": "stacks"})
+
+
+@pytest.fixture
+def reachable() -> Iterator[None]:
+    """Forget the apiserver outages the test's errors record (401/403 read them later)."""
+    yield
+    reachability = getattr(retry, "REACHABILITY", None)
+    if reachability is not None:
+        reachability.forget()
+
+
+@pytest.mark.usefixtures("reachable")
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(client.ApiException(status=503, reason="Service Unavailable"), id="503"),
+        pytest.param(client.ApiException(status=429, reason="Too Many Requests"), id="429"),
+        pytest.param(ProtocolError("Connection aborted."), id="connection-aborted"),
+        pytest.param(ConnectionRefusedError("refused"), id="connection-refused"),
+    ],
+)
+def test_a_transient_api_error_is_an_error_not_a_panic(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    registry: CollectorRegistry,
+    clock: FakeClock,
+    error: Exception,
+) -> None:
+    """Counted as an error, logged without a traceback, requeued with the key's backoff."""
+    reconciler.script = [raises(error), returns(Result())]
+    controller.queue.add(KEY)
+    with capture_logs() as logs:
+        assert controller.process_next_work_item()
+    assert counter(registry, "controller_runtime_reconcile_panics_total") == 0
+    assert counter(registry, "controller_runtime_reconcile_errors_total") == 1
+    assert total(registry, "error") == 1
+    [entry] = logs
+    assert entry["log_level"] == "info"
+    assert "exc_info" not in entry
+    assert type(error).__name__ in entry["error"]
+    assert controller.queue.num_requeues(KEY) == 1
+    step(clock, 0.005)  # the first retry is due 5 ms later
+    assert controller.process_next_work_item()
+    assert total(registry, "success") == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(RuntimeError("bug"), id="bug"),
+        pytest.param(client.ApiException(status=404, reason="Not Found"), id="404"),
+    ],
+)
+def test_anything_else_is_a_panic_logged_with_its_traceback(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    registry: CollectorRegistry,
+    error: Exception,
+) -> None:
+    """Not transient: a bug. Counted as a panic and logged with the exception."""
+    reconciler.script = [raises(error)]
+    controller.queue.add(KEY)
+    with capture_logs() as logs:
+        assert controller.process_next_work_item()
+    assert counter(registry, "controller_runtime_reconcile_panics_total") == 1
+    assert counter(registry, "controller_runtime_reconcile_errors_total") == 0
+    [entry] = logs
+    assert entry["log_level"] == "error"
+    assert entry["exc_info"] is error
+    assert controller.queue.num_requeues(KEY) == 1
+
+
+# -- fairness between namespaces ------------------------------------------------------------
+
+
+class NamespaceReconciler:
+    """Keys of namespace "a" block until released; any other key returns at once.
+
+    Records, under ``cond``, the keys running and finished, and the most "a" keys seen
+    running at once.
+    """
+
+    def __init__(self) -> None:
+        """Nothing running, nothing released."""
+        self.cond = threading.Condition()
+        self.release = threading.Event()
+        self.running: set[ObjectKey] = set()
+        self.most_a = 0
+        self.finished: list[ObjectKey] = []
+
+    def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
+        """Run ``key``: an "a" key until released (or stopped), another one at once."""
+        with self.cond:
+            self.running.add(key)
+            self.most_a = max(self.most_a, sum(k.namespace == "a" for k in self.running))
+            self.cond.notify_all()
+        if key.namespace == "a":
+            assert self.release.wait(30) or stop.is_set()
+        with self.cond:
+            self.running.discard(key)
+            self.finished.append(key)
+            self.cond.notify_all()
+        return Result()
+
+    def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Block until ``predicate`` (read under ``cond``) holds; fail after 5 s."""
+        with self.cond:
+            assert self.cond.wait_for(predicate, timeout=5), "condition never held"
+
+
+def test_another_namespace_is_served_while_one_namespace_holds_its_cap(
+    registry: CollectorRegistry,
+) -> None:
+    """Two workers, cap 1: b's Stack runs while a's three slow ones wait their turn."""
+    reconciler = NamespaceReconciler()
+    ctl = Controller(
+        "stacks",
+        reconciler,
+        registry,
+        workers=2,
+        shard=by_namespace,
+        max_in_flight_per_shard=1,
+    )
+    slow = [ObjectKey("a", f"slow-{n}") for n in range(3)]
+    new = ObjectKey("b", "new")
+    try:
+        for key in [*slow, new]:
+            ctl.queue.add(key)
+        ctl.run()
+        reconciler.wait_for(lambda: new in reconciler.finished)
+        reconciler.wait_for(lambda: slow[0] in reconciler.running)
+        assert reconciler.finished == [new]  # a's Stacks are all still running or queued
+        reconciler.release.set()
+        reconciler.wait_for(lambda: len(reconciler.finished) == 4)
+        assert reconciler.finished == [new, *slow]
+        assert reconciler.most_a == 1
+    finally:
+        reconciler.release.set()
+        assert ctl.shut_down(deadline=5)

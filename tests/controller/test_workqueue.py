@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -38,9 +38,18 @@ def make_queue(clock: FakeClock, registry: CollectorRegistry) -> Iterator[MakeQu
     """Build the test's queue ("stacks") and shut it down afterwards, releasing any waiter."""
     queues: list[WorkQueue[str]] = []
 
-    def make(rate_limiter: RateLimiter[str] | None = None) -> WorkQueue[str]:
+    def make(
+        rate_limiter: RateLimiter[str] | None = None,
+        shard: Callable[[str], Hashable] | None = None,
+        max_in_flight_per_shard: int | None = None,
+    ) -> WorkQueue[str]:
         queue = WorkQueue[str](
-            "stacks", clock=clock, rate_limiter=rate_limiter, metrics=WorkQueueMetrics(registry)
+            "stacks",
+            clock=clock,
+            rate_limiter=rate_limiter,
+            metrics=WorkQueueMetrics(registry),
+            shard=shard,
+            max_in_flight_per_shard=max_in_flight_per_shard,
         )
         queues.append(queue)
         return queue
@@ -511,3 +520,207 @@ def test_queue_without_metrics_registry_works(clock: FakeClock) -> None:
         assert drain(queue) == ["a"]
     finally:
         queue.shut_down()
+
+
+# --- shards: round robin between shards, in-flight cap per shard ---------------------------
+
+
+def first_letter(key: str) -> str:
+    """The shard of a test key: its first letter ("a1" is in shard "a")."""
+    return key[0]
+
+
+def sharded(make_queue: MakeQueue, cap: int | None = None) -> WorkQueue[str]:
+    """A queue sharded by first letter, with at most `cap` keys of a shard in flight."""
+    return make_queue(shard=first_letter, max_in_flight_per_shard=cap)
+
+
+def get_blocks(queue: WorkQueue[str], clock: FakeClock, waiters: int) -> Callable[[], str | None]:
+    """Start a get(), wait until it is blocked, and return a function awaiting its key.
+
+    `waiters` counts every thread then blocked on the clock: the getter, plus the
+    waiting loop while the queue is not shut down.
+    """
+    thread, results = start_get(queue)
+    assert clock.wait_for_waiters(waiters), "get() did not block"
+    assert results == [], "get() returned instead of blocking"
+
+    def result() -> str | None:
+        join(thread)
+        return results[0]
+
+    return result
+
+
+def test_shards_take_turns_and_keep_add_order_within_a_shard(make_queue: MakeQueue) -> None:
+    """One key per shard in turn, each shard's keys first in, first out."""
+    queue = sharded(make_queue)
+    for key in ("a1", "a2", "a3", "b1", "b2", "c1"):
+        queue.add(key)
+    assert drain(queue) == ["a1", "b1", "c1", "a2", "b2", "a3"]
+
+
+def test_a_new_shard_goes_before_a_busy_one(make_queue: MakeQueue) -> None:
+    """A shard never served yet goes before one that was: b1 before a3 (FIFO: a3 first)."""
+    queue = sharded(make_queue)
+    for key in ("a1", "a2", "a3"):
+        queue.add(key)
+    assert queue.get() == "a1"
+    assert queue.get() == "a2"
+    queue.add("b1")
+    queue.done("a1")
+    assert queue.get() == "b1"
+    assert queue.get() == "a3"
+
+
+def test_cap_skips_a_shard_at_its_limit(make_queue: MakeQueue) -> None:
+    """With a's cap reached, get() hands out b1 although a2 was queued before it."""
+    queue = sharded(make_queue, cap=2)
+    for key in ("a1", "a2", "a3", "b1"):
+        queue.add(key)
+    assert queue.get() == "a1"
+    assert queue.get() == "b1"
+    assert queue.get() == "a2"
+    assert len(queue) == 1
+    queue.done("a1")
+    assert queue.get() == "a3"
+
+
+def test_get_waits_for_the_capped_shards_done(make_queue: MakeQueue, clock: FakeClock) -> None:
+    """With only capped keys queued, get() blocks; done() of that shard releases it."""
+    queue = sharded(make_queue, cap=1)
+    queue.add("a1")
+    queue.add("a2")
+    assert queue.get() == "a1"
+    got = get_blocks(queue, clock, waiters=2)
+    queue.done("a1")
+    assert got() == "a2"
+
+
+def test_a_capped_shard_does_not_block_other_shards(
+    make_queue: MakeQueue, clock: FakeClock
+) -> None:
+    """A get() waiting behind a capped shard takes another shard's new key at once."""
+    queue = sharded(make_queue, cap=1)
+    queue.add("a1")
+    queue.add("a2")
+    assert queue.get() == "a1"
+    got = get_blocks(queue, clock, waiters=2)
+    queue.add("b1")
+    assert got() == "b1"
+    assert len(queue) == 1
+
+
+def test_cap_holds_under_concurrent_workers(make_queue: MakeQueue, clock: FakeClock) -> None:
+    """Four workers holding their keys: two of a's run, b's one, the fourth worker waits.
+
+    Then, released, they process everything, never more than two of a shard at once.
+    """
+    queue = sharded(make_queue, cap=2)
+    cond = threading.Condition()
+    in_flight: list[str] = []
+    most = {"a": 0, "b": 0}
+    processed: list[str] = []
+    release = threading.Event()
+
+    def work() -> None:
+        while (key := queue.get()) is not None:
+            with cond:
+                in_flight.append(key)
+                shard = key[0]
+                most[shard] = max(most[shard], sum(k[0] == shard for k in in_flight))
+                cond.notify_all()
+            assert release.wait(JOIN_TIMEOUT)
+            with cond:
+                in_flight.remove(key)
+                processed.append(key)
+            queue.done(key)
+
+    keys = [*(f"a{n}" for n in range(10)), "b0"]
+    for key in keys:
+        queue.add(key)
+    workers = [start_thread(work) for _ in range(4)]
+    with cond:
+        assert cond.wait_for(lambda: len(in_flight) >= 3, JOIN_TIMEOUT)
+    assert clock.wait_for_waiters(2), "the fourth worker is not waiting in get()"
+    with cond:
+        assert sorted(key[0] for key in in_flight) == ["a", "a", "b"]
+    release.set()
+    queue.shut_down_with_drain()
+    for worker in workers:
+        join(worker)
+    assert most == {"a": 2, "b": 1}
+    assert sorted(processed) == sorted(keys)
+
+
+def test_dedupe_and_re_add_while_processing_with_shards(
+    make_queue: MakeQueue, registry: CollectorRegistry
+) -> None:
+    """Adds collapse, a key added while processing comes back after done, depth counts all."""
+    queue = sharded(make_queue, cap=1)
+    for key in ("a1", "a1", "a2", "b1"):
+        queue.add(key)
+    assert len(queue) == 3
+    assert queue.get() == "a1"
+    queue.add("a1")
+    queue.add("a1")
+    assert len(queue) == 2  # a2 (capped) and b1
+    assert sample(registry, "workqueue_depth") == 3
+    assert queue.get() == "b1"
+    queue.done("b1")
+    queue.done("a1")
+    assert drain(queue) == ["a2", "a1"]
+    assert sample(registry, "workqueue_depth") == 0
+    assert sample(registry, "workqueue_adds_total") == 4
+
+
+def test_shut_down_still_hands_out_capped_keys_after_done(
+    make_queue: MakeQueue, clock: FakeClock
+) -> None:
+    """After shut_down, queued keys still come out (capped ones after done), then None."""
+    queue = sharded(make_queue, cap=1)
+    for key in ("a1", "a2", "b1"):
+        queue.add(key)
+    assert queue.get() == "a1"
+    queue.shut_down()
+    assert queue.get() == "b1"
+    queue.done("b1")
+    got = get_blocks(queue, clock, waiters=1)  # the waiting loop has ended
+    queue.done("a1")
+    assert got() == "a2"
+    queue.done("a2")
+    assert queue.get() is None
+
+
+def test_shut_down_with_drain_with_shards(make_queue: MakeQueue) -> None:
+    """Drain waits for every processing key; a capped key still comes out after done.
+
+    As in client-go, drain waits for keys being processed, not for queued ones.
+    """
+    queue = sharded(make_queue, cap=1)
+    for key in ("a1", "a2", "b1"):
+        queue.add(key)
+    assert queue.get() == "a1"
+    assert queue.get() == "b1"
+    finished: list[str] = []
+    seen_at_return: list[list[str]] = []
+
+    def drain_and_record() -> None:
+        queue.shut_down_with_drain()
+        seen_at_return.append(list(finished))
+
+    drainer = start_thread(drain_and_record)
+    for key in ("b1", "a1"):
+        finished.append(key)
+        queue.done(key)
+    join(drainer)
+    assert seen_at_return == [["b1", "a1"]]
+    assert queue.get() == "a2"
+    queue.done("a2")
+    assert queue.get() is None
+
+
+def test_cap_below_one_is_refused(make_queue: MakeQueue) -> None:
+    """A cap of 0 would never hand out a key: the constructor refuses it."""
+    with pytest.raises(ValueError, match="at least 1"):
+        sharded(make_queue, cap=0)

@@ -174,6 +174,37 @@ def test_deployment_ports_and_probes_match_the_flags(directory: str) -> None:
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
+@pytest.mark.parametrize("directory", INSTALLS)
+def test_deployment_binds_every_interface_explicitly(directory: str) -> None:
+    """The flags default to loopback; the Deployment's args ask for every interface.
+
+    The kubelet's probes and the metrics Service reach the pod on its IP, not 127.0.0.1.
+    """
+    defaults = parse_config([], {})
+    assert defaults.metrics_bind_address == "127.0.0.1:8080"
+    assert defaults.health_probe_bind_address == "127.0.0.1:8081"
+    args = container(directory)["args"]
+    assert "--metrics-bind-address=:8080" in args
+    assert "--health-probe-bind-address=:8081" in args
+    cfg = deployed_config(directory)
+    assert cfg.metrics_bind_address == "0.0.0.0:8080"
+    assert cfg.health_probe_bind_address == "0.0.0.0:8081"
+
+
+@pytest.mark.parametrize(
+    ("directory", "cap"),
+    [
+        pytest.param(INSTALLS[0], 1, id="every-namespace-half-the-workers"),
+        pytest.param(INSTALLS[1], 0, id="one-namespace-no-limit"),
+    ],
+)
+def test_per_namespace_cap(directory: str, cap: int) -> None:
+    """All namespaces: half the workers per namespace; one namespace: no cap to idle them."""
+    cfg = deployed_config(directory)
+    assert cfg.workers == 2
+    assert cfg.max_concurrent_reconciles_per_namespace == cap
+
+
 def test_shutdown_fits_in_the_grace_period() -> None:
     """Running updates get --shutdown-timeout, then the wait for interrupted ones to stop.
 
