@@ -2,11 +2,15 @@
 
 ``resolve_revision`` asks the remote which commit a branch points at (``git ls-remote``);
 ``checkout`` makes a directory a working tree at exactly one commit, reusing the clone that
-is already there. Both run the real ``git`` CLI.
+is already there; ``program_dir`` finds ``spec.repoDir`` inside a checkout. The first two run
+the real ``git`` CLI.
 
 Guarantees:
-- Every git call is an argument list (never a shell) with a timeout; when it expires the
-  whole process group (git, its remote helper, ssh) is killed.
+- Every git call is an argument list (never a shell) with a timeout (by default
+  ``LS_REMOTE_TIMEOUT_SECONDS`` for ``resolve_revision``, ``CHECKOUT_TIMEOUT_SECONDS`` for
+  ``checkout``); when it expires the whole process group (git, its remote helper, ssh) is
+  killed. A stalled HTTP transfer ends sooner (``STALL_TIMEOUT_SECONDS``), an SSH connection
+  that does not open or goes silent too (``SSH_CONNECT_TIMEOUT_SECONDS``, keep-alives).
 - git sees no system or global configuration, a private ``HOME`` (a fresh 0700 temp dir,
   removed when the call returns), no terminal (``GIT_TERMINAL_PROMPT=0``), ``LC_ALL=C`` (so
   that its messages can be classified), only a whitelisted part of the operator's
@@ -17,10 +21,14 @@ Guarantees:
   script that prints them from environment variables (``/proc/<pid>/environ`` is readable
   only by the same user); an SSH key is a 0600 file in the private ``HOME`` used through
   ``GIT_SSH_COMMAND``, its passphrase is handed over by an ``SSH_ASKPASS`` script. A password
-  embedded in an http(s) URL is moved out of the URL the same way. Messages are scrubbed of
-  every secret value.
+  embedded in an http(s) URL is moved out of the URL the same way (a lone user name, often a
+  token, too), so neither git's argv nor ``.git/config`` holds it. Messages and logs are
+  scrubbed of every secret value, and every URL in them has its user information masked
+  (``redact_url``), git's own stderr included.
 - Failures raise ``SourceError`` with a ``reason`` and a ``transient`` flag, classified from
-  git's exit status and stderr.
+  git's exit status and stderr: a URL git refuses outright (a blocked host name, a transport
+  it does not allow, a malformed URL) is not transient; network failures, timeouts and HTTP
+  5xx/429 are.
 - ``checkout`` never leaves a half-written ``work_dir`` that a later call could take for a
   good clone: a first clone is built in a sibling staging directory and renamed into place;
   an existing clone is updated with git's own atomic fetch, and a clone that git cannot use
@@ -49,6 +57,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Final
 
 import structlog
 
@@ -56,6 +65,30 @@ log = structlog.get_logger(__name__)
 
 # Transports git may use (GIT_ALLOW_PROTOCOL). file:// and plain paths are refused on purpose.
 ALLOWED_PROTOCOLS = ("https", "http", "ssh", "git")
+
+LS_REMOTE_TIMEOUT_SECONDS: Final = 20.0
+"""Default limit of ``resolve_revision`` (one ``git ls-remote``, run on every resync).
+
+It sends one ref pattern and reads one line; a remote that has not answered in 20 s is
+treated as unavailable (transient), so a silent remote holds a worker 20 s, not 60.
+"""
+
+CHECKOUT_TIMEOUT_SECONDS: Final = 300.0
+"""Default limit of ``checkout``: every git command of it together (a first clone included)."""
+
+STALL_TIMEOUT_SECONDS: Final = 15
+"""An HTTP(S) transfer below ``STALL_MIN_BYTES_PER_SECOND`` for this long is aborted.
+
+Git's ``http.lowSpeedTime``: it also cuts off a server that accepts the connection and
+never answers, before the overall limit.
+"""
+
+STALL_MIN_BYTES_PER_SECOND: Final = 1
+"""Git's ``http.lowSpeedLimit``: slower than this is a stall (any progress is not)."""
+
+SSH_CONNECT_TIMEOUT_SECONDS: Final = 10
+"""ssh's ``ConnectTimeout``; an open connection whose server stops answering keep-alives
+(every ``SSH_CONNECT_TIMEOUT_SECONDS``, twice) is closed too."""
 
 # The only variables git inherits from the operator: how to find programs, proxies, CAs.
 # Everything else (cloud credentials, PULUMI_ACCESS_TOKEN, GIT_DIR, SSH_AUTH_SOCK) stays out.
@@ -106,7 +139,9 @@ printf '%s\\n' "${PASSPHRASE_VAR}"
 _MASK = "***"
 _COMMIT = re.compile(r"[0-9a-fA-F]{4,64}")
 _BRANCH = re.compile(r"[^-./\x00-\x20\x7f~^:?*\[\\][^\x00-\x20\x7f~^:?*\[\\]*")
-_USERINFO = re.compile(r"(\w[\w+.-]*://[^/@\s:]*):[^/@\s]*@")
+# scheme://userinfo@ anywhere in a text; userinfo ends at the first "/", "@" or blank.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+_SHORTEST_SCRUBBED_USERNAME = 8
 
 
 class Reason(enum.StrEnum):
@@ -122,8 +157,8 @@ class SourceError(Exception):
 
     ``reason`` names the failure; ``transient`` is True when retrying later may succeed
     without any change (network failures, timeouts, HTTP 5xx/429) and False when it will not
-    (credentials refused, unknown branch or commit, missing repository). The message is
-    scrubbed of every credential.
+    (credentials refused, unknown branch or commit, missing repository, a URL git refuses).
+    The message is scrubbed of every credential and of URL user information.
     """
 
     def __init__(self, message: str, *, reason: Reason, transient: bool) -> None:
@@ -131,6 +166,15 @@ class SourceError(Exception):
         super().__init__(message)
         self.reason = reason
         self.transient = transient
+
+
+class ProgramDirError(ValueError):
+    """``spec.repoDir`` does not name a directory inside the checkout (see ``program_dir``).
+
+    Terminal, like an invalid spec (the Stack's reason is ``InvalidSpec``): only a new
+    ``spec.repoDir`` or a new commit fixes it. The message starts with ``spec.repoDir``.
+    Not a ``SourceError``: fetching the source succeeded.
+    """
 
 
 class _UnclassifiedError(SourceError):
@@ -192,25 +236,30 @@ class GitCredentials:
 
 
 def resolve_revision(
-    url: str, branch: str, credentials: GitCredentials | None, *, timeout: float = 60
+    url: str, branch: str, credentials: GitCredentials | None, *, timeout: float | None = None
 ) -> str:
     """Return the commit SHA that ``branch`` (``main`` or ``refs/heads/main``) points at.
 
+    ``timeout`` bounds the call (default ``LS_REMOTE_TIMEOUT_SECONDS``).
+
     Raises:
         SourceError: ``RevisionNotFound`` if the remote has no such branch, otherwise as
-            classified from git (see ``SourceError``).
-        ValueError: ``url`` or ``branch`` is malformed.
+            classified from git (see ``SourceError``); not transient for a URL that cannot
+            be parsed.
+        ValueError: ``branch`` is malformed, or ``url`` is empty, starts with ``-`` or holds
+            control characters.
     """
     ref = _branch_ref(branch)
-    url, credentials = _split_userinfo(_checked_url(url), credentials)
-    with git_environment(credentials) as env:
-        git = _Git(env, url, credentials, timeout)
+    url, login = _split_userinfo(_checked_url(url), credentials)
+    limit = LS_REMOTE_TIMEOUT_SECONDS if timeout is None else timeout
+    with git_environment(login.credentials) as env:
+        git = _Git(env, url, login, limit)
         listing = git.remote(["ls-remote", "--", url, ref], Path(env["HOME"]))
     for line in listing.splitlines():
         sha, _, name = line.partition("\t")
         if name == ref:
             return sha
-    msg = f"branch {ref.removeprefix('refs/heads/')!r} not found in {url}"
+    msg = f"branch {ref.removeprefix('refs/heads/')!r} not found in {redact_url(url)}"
     raise SourceError(msg, reason=Reason.REVISION_NOT_FOUND, transient=False)
 
 
@@ -221,7 +270,7 @@ def checkout(  # noqa: PLR0913 - the reconciler's one call; all but two are keyw
     commit: str | None = None,
     branch: str | None = None,
     credentials: GitCredentials | None = None,
-    timeout: float = 300,
+    timeout: float | None = None,
     keep: Sequence[str] = (),
 ) -> str:
     """Make ``work_dir`` a clean working tree of ``url`` at one commit; return its SHA.
@@ -233,20 +282,24 @@ def checkout(  # noqa: PLR0913 - the reconciler's one call; all but two are keyw
     the commit looked up there. A directory that is not a usable clone of ``url`` is
     replaced. Afterwards HEAD is detached at the commit, tracked files are as committed, and
     everything git does not track is deleted except the relative paths in ``keep`` (e.g. a
-    virtualenv), which also survive a replacement of the clone. ``timeout`` bounds the call.
+    virtualenv), which also survive a replacement of the clone. ``timeout`` bounds the call
+    (default ``CHECKOUT_TIMEOUT_SECONDS``).
 
     Raises:
         SourceError: ``RevisionNotFound`` for an unknown branch or commit, otherwise as
-            classified from git (see ``SourceError``).
-        ValueError: the arguments are malformed.
+            classified from git (see ``SourceError``); not transient for a URL that cannot
+            be parsed.
+        ValueError: the other arguments are malformed, or ``url`` is empty, starts with
+            ``-`` or holds control characters.
         OSError: the local file system failed (disk full, permissions).
     """
     target = _Target.parse(commit, branch)
     excludes = _clean_excludes(keep)
-    url, credentials = _split_userinfo(_checked_url(url), credentials)
+    url, login = _split_userinfo(_checked_url(url), credentials)
     work_dir = work_dir.resolve()
-    with git_environment(credentials) as env:
-        git = _Git(env, url, credentials, timeout)
+    limit = CHECKOUT_TIMEOUT_SECONDS if timeout is None else timeout
+    with git_environment(login.credentials) as env:
+        git = _Git(env, url, login, limit)
         if _is_clone_of(git, work_dir, url):
             try:
                 return _update(git, work_dir, target, excludes)
@@ -259,6 +312,47 @@ def checkout(  # noqa: PLR0913 - the reconciler's one call; all but two are keyw
         except _BrokenRepositoryError as err:
             msg = f"cannot prepare {work_dir}: {err}"
             raise SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True) from err
+
+
+def program_dir(checkout: Path, repo_dir: str | None) -> Path:
+    """The directory ``spec.repoDir`` names inside ``checkout``, symlinks resolved.
+
+    ``repo_dir`` is relative to the top of the checkout (None or "" or "." is the top). The
+    result is the real path, so the program runs where the check was made.
+
+    Raises:
+        ProgramDirError: the path leaves the checkout (through ``..`` or a symlink, which
+            is a property of the commit), does not exist, is not a directory, or is a
+            symlink loop. The message names ``spec.repoDir`` and the fix.
+    """
+    root = checkout.resolve()
+    relative = PurePosixPath(repo_dir or ".")
+    try:
+        target = (root / relative).resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise _invalid_repo_dir(relative, "is a symlink loop") from None
+    if relative.is_absolute() or not target.is_relative_to(root):
+        raise _invalid_repo_dir(relative, "leads outside the repository (through .. or a symlink)")
+    if not target.is_dir():
+        problem = "does not exist in the repository at this commit, or is not a directory"
+        raise _invalid_repo_dir(relative, problem)
+    return target
+
+
+def _invalid_repo_dir(relative: PurePosixPath, problem: str) -> ProgramDirError:
+    return ProgramDirError(
+        f"spec.repoDir {str(relative)!r} {problem}: point spec.repoDir at a directory inside"
+        " the repository that holds Pulumi.yaml (or commit that directory)"
+    )
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the user information of every URL in it masked.
+
+    ``https://user:token@host/r`` and ``https://token@host/r`` both become
+    ``https://***@host/r``; text without ``scheme://...@`` is returned unchanged.
+    """
+    return _USERINFO.sub(rf"\g<scheme>{_MASK}@", text)
 
 
 @contextlib.contextmanager
@@ -298,9 +392,14 @@ def _base_environment(home: Path) -> dict[str, str]:
         GIT_SSH_VARIANT="ssh",
         LC_ALL="C",
         LANGUAGE="",
-        GIT_CONFIG_COUNT=str(len(GIT_CONFIG)),
     )
-    for index, (key, value) in enumerate(GIT_CONFIG):
+    config = [
+        *GIT_CONFIG,
+        ("http.lowSpeedLimit", str(STALL_MIN_BYTES_PER_SECOND)),
+        ("http.lowSpeedTime", str(STALL_TIMEOUT_SECONDS)),
+    ]
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for index, (key, value) in enumerate(config):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
@@ -352,7 +451,9 @@ def _ssh_argv(home: Path, key: Path | None, *, strict: bool, batch: bool) -> lis
         f"UserKnownHostsFile={home / '.ssh' / 'known_hosts'}",
         "PasswordAuthentication=no",
         "KbdInteractiveAuthentication=no",
-        "ConnectTimeout=30",
+        f"ConnectTimeout={SSH_CONNECT_TIMEOUT_SECONDS}",
+        f"ServerAliveInterval={SSH_CONNECT_TIMEOUT_SECONDS}",
+        "ServerAliveCountMax=2",
         f"BatchMode={'yes' if batch else 'no'}",
     ]
     for option in options:
@@ -371,12 +472,10 @@ def _write_private(path: Path, text: str, *, mode: int) -> Path:
 class _Git:
     """Runs the git commands of one operation: one environment, deadline and scrubber."""
 
-    def __init__(
-        self, env: dict[str, str], url: str, credentials: GitCredentials | None, timeout: float
-    ) -> None:
+    def __init__(self, env: dict[str, str], url: str, login: _Login, timeout: float) -> None:
         self._env = env
         self.url = url
-        self._secrets = credentials.secrets() if credentials is not None else []
+        self._secrets = [*login.secrets, *login.extra_secrets]
         self._deadline = time.monotonic() + timeout
         self._timeout = timeout
 
@@ -422,20 +521,20 @@ class _Git:
         if proc.returncode == 0:
             return proc.stdout
         stderr = self.scrub(proc.stderr)
-        msg = f"git {args[0]} {self.url} failed: {_summary(stderr)}"
+        msg = f"git {args[0]} {self.scrub(self.url)} failed: {_summary(stderr)}"
         known = _classify(stderr)
         if known is None:
             raise _UnclassifiedError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True)
         raise SourceError(msg, reason=known[0], transient=known[1])
 
     def scrub(self, text: str) -> str:
-        """``text`` with every secret (plain or URL-encoded) and URL password masked."""
+        """``text`` with every secret (plain or URL-encoded) and URL user information masked."""
         for secret in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(secret, _MASK).replace(urllib.parse.quote(secret, ""), _MASK)
-        return _USERINFO.sub(rf"\1:{_MASK}@", text)
+        return redact_url(text)
 
     def _timed_out(self, args: Sequence[str]) -> SourceError:
-        msg = f"git {args[0]} {self.url} timed out (limit {self._timeout:g}s)"
+        msg = f"git {args[0]} {self.scrub(self.url)} timed out (limit {self._timeout:g}s)"
         return SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True)
 
 
@@ -455,6 +554,10 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
             r"|repository not found"
             r"|does not appear to be a git repository|returned error: 404"
             r"|transport '[^']*' not allowed|unable to find remote helper"
+            # URLs git or ssh refuse outright: an option-like host or user, a malformed URL
+            r"|strange (hostname|username|pathname|port)|hostname contains invalid characters"
+            r"|url using bad/illegal format|unsupported protocol|protocol \S+ not supported"
+            r"|port number was not a decimal number|no host part in the url"
             r"|ssl certificate problem|certificate verify failed",  # a CA does not fix itself
             re.IGNORECASE,
         ),
@@ -482,9 +585,10 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
     (
         re.compile(
             r"could not resolve|connection refused|connection timed out|connection reset"
-            r"|timed out|failed to connect|unable to connect|early eof|hung up unexpectedly"
-            r"|rpc failed|returned error: (5\d\d|429)|temporary failure|network is unreachable"
-            r"|no route to host|ssh: connect to host|ssl|tls|gnutls|broken pipe",
+            r"|timed out|too slow|failed to connect|unable to connect|early eof"
+            r"|hung up unexpectedly|rpc failed|returned error: (5\d\d|429)|temporary failure"
+            r"|network is unreachable|no route to host|ssh: connect to host|ssl|tls|gnutls"
+            r"|broken pipe",
             re.IGNORECASE,
         ),
         Reason.SOURCE_UNAVAILABLE,
@@ -544,21 +648,44 @@ def _checked_url(url: str) -> str:
     return url
 
 
-def _split_userinfo(
-    url: str, credentials: GitCredentials | None
-) -> tuple[str, GitCredentials | None]:
-    """Move a password out of an http(s) URL into credentials (explicit ones win)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in {"http", "https"} or parts.password is None:
-        return url, credentials
+@dataclass(frozen=True, slots=True, repr=False)
+class _Login:
+    """What one operation authenticates with, and every value to scrub from its messages."""
+
+    credentials: GitCredentials | None
+    extra_secrets: tuple[str, ...] = ()
+
+    @property
+    def secrets(self) -> list[str]:
+        """The credentials' secret values (see ``GitCredentials.secrets``)."""
+        return self.credentials.secrets() if self.credentials is not None else []
+
+
+def _split_userinfo(url: str, credentials: GitCredentials | None) -> tuple[str, _Login]:
+    """Move user information out of an http(s) URL into credentials (explicit ones win).
+
+    ``user:password@`` becomes that login; a lone ``user@`` (often a token) becomes user name
+    ``user`` with an empty password, and is scrubbed from messages like a secret when it is
+    long enough to be one (a short name would mask ordinary words).
+
+    Raises:
+        SourceError: ``SourceUnavailable``, not transient: ``url`` is malformed.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as err:
+        msg = f"the repository URL is malformed ({err}): fix spec.projectRepo"
+        raise SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=False) from None
+    if parts.scheme not in {"http", "https"} or "@" not in parts.netloc:
+        return url, _Login(credentials)
     clean = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    username = urllib.parse.unquote(parts.username or "")
+    extra = (username,) if len(username) >= _SHORTEST_SCRUBBED_USERNAME else ()
     if credentials is not None and credentials.http_login() is not None:
-        return clean, credentials
-    login = {
-        "username": urllib.parse.unquote(parts.username or ""),
-        "password": urllib.parse.unquote(parts.password),
-    }
-    return clean, dataclasses.replace(credentials or GitCredentials(), **login)
+        return clean, _Login(credentials, extra)
+    login = {"username": username, "password": urllib.parse.unquote(parts.password or "")}
+    return clean, _Login(dataclasses.replace(credentials or GitCredentials(), **login), extra)
 
 
 def _clean_excludes(keep: Sequence[str]) -> list[str]:
@@ -639,7 +766,7 @@ def _fetch_commit(git: _Git, repo: Path, commit: str) -> str:
         _fetch_all(git, repo)  # an abbreviated id can only be found among fetched commits
     found = _local_commit(git, repo, commit)
     if found is None:
-        msg = f"commit {commit} not found in {git.url}"
+        msg = f"commit {commit} not found in {git.scrub(git.url)}"
         raise SourceError(msg, reason=Reason.REVISION_NOT_FOUND, transient=False)
     return found
 

@@ -18,15 +18,24 @@ Guarantees:
 - Refused on purpose: ``Env``/``FS`` refs (they read the operator's own environment and
   filesystem), cross-namespace Secret refs, PKO's deprecated fields (the error names the
   replacement), ``fluxSource`` and ``programRef`` (not supported yet).
+- Refused because they could only fail at run time: a ``projectRepo`` git cannot or must not
+  fetch (a scheme other than https, http, ssh, git or scp-like ``user@host:path``, a local
+  path or ``file://``, a host or user starting with ``-``, credentials in the URL), a config
+  key Pulumi cannot parse, an unknown ``secretsProvider``, an organisation other than
+  ``organization`` on a self-managed (DIY) ``backend``, config values over the size budget.
+  Messages never repeat a URL's user information.
 
-Left to others: reading Secrets (``reconcile.refs``), reaching the git remote, and checking
-that prerequisite Stacks exist.
+Left to others: reading Secrets (``reconcile.refs``), reaching the git remote, checking that
+prerequisite Stacks exist, checking ``repoDir`` inside the checkout
+(``reconcile.source.program_dir``), and checking ``stack`` against the operator's default
+backend when ``backend`` is unset (``check_stack_for_backend``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -38,6 +47,31 @@ MIN_RESYNC_SECONDS: Final = 60
 
 DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 86400
 """Default cap on the delay between retries of a failed update (24 h, as PKO v2)."""
+
+MAX_CONFIG_VALUE_BYTES: Final = 64 * 1024
+"""Largest ``config`` value (UTF-8 bytes, JSON-encoded if not a string) a Stack may set.
+
+Config travels through the Stack object (etcd limits it to about 1.5 MiB) and reaches the
+program through the language host, which passes all of a stack's config, secret values
+included, in one environment variable (``PULUMI_CONFIG``): Linux refuses a variable over
+128 KiB ("argument list too long"). Larger data belongs in the repository.
+"""
+
+MAX_CONFIG_TOTAL_BYTES: Final = 96 * 1024
+"""Largest sum of the sizes of every ``config`` key and value of one Stack (UTF-8 bytes).
+
+Below the 128 KiB of ``PULUMI_CONFIG`` (see ``MAX_CONFIG_VALUE_BYTES``), leaving room for
+the project prefix of each key, JSON quoting and ``secretsRef`` values.
+"""
+
+DIY_ORGANIZATION: Final = "organization"
+"""The only organisation a self-managed (DIY) backend knows: ``organization/project/stack``."""
+
+SECRETS_PROVIDER_KINDS: Final = ("awskms", "azurekeyvault", "gcpkms", "hashivault")
+"""Secrets providers given as ``<kind>://<key>`` URLs (besides ``default`` and ``passphrase``).
+
+The kinds ``pulumi stack init --secrets-provider`` accepts.
+"""
 
 _SUPPORTED: Final = frozenset(
     {
@@ -64,6 +98,7 @@ _SUPPORTED: Final = frozenset(
         "retryOnUpdateConflict",
         "retryMaxBackoffDurationSeconds",
         "suspend",
+        "timeoutSeconds",
     }
 )
 
@@ -94,6 +129,15 @@ _COMMIT = re.compile(r"[0-9a-fA-F]{1,64}")
 # no "..", no "@{", does not start with "-" or "/" (it is passed to git on a command line).
 _BRANCH = re.compile(r"(?!-)(?!/)(?!.*\.\.)(?!.*@\{)(?!.*//)[^\x00-\x20\x7f~^:?*\[\\]+(?<![/.])")
 _REMOTE_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")
+_URL_SCHEME = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
+# git's scp-like syntax: [user@]host:path, with the ":" before any "/" (else it is a path).
+_SCP_LIKE = re.compile(r"(?:(?P<user>[^@/:]*)@)?(?P<host>\[[^\]/]*\]|[^@/:\[\]]*):(?P<path>.*)")
+_PORT = re.compile(r"[0-9]{1,5}")
+_GIT_SCHEMES: Final = ("https", "http", "ssh", "git")
+_USE_GIT_URL: Final = (
+    "use https://host/path, ssh://[user@]host/path, git://host/path or user@host:path"
+)
+_DIY_SCHEMES: Final = ("file", "s3", "azblob", "gs")
 _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -228,7 +272,8 @@ class StackSpec:
     """A validated Stack spec (see ``parse_spec``).
 
     Mappings are read-only copies. ``resync_frequency_seconds`` is the effective period
-    (at least 60), ``retry_max_backoff_duration_seconds`` the effective cap (default 86400).
+    (at least 60), ``retry_max_backoff_duration_seconds`` the effective cap (default 86400),
+    ``timeout_seconds`` the per-run deadline the spec asks for (None: the operator's default).
     """
 
     stack: str
@@ -254,6 +299,8 @@ class StackSpec:
     prerequisites: tuple[Prerequisite, ...] = ()
     resync_frequency_seconds: int = MIN_RESYNC_SECONDS
     retry_max_backoff_duration_seconds: int = DEFAULT_RETRY_MAX_BACKOFF_SECONDS
+    timeout_seconds: int | None = None
+    """Deadline of one run in seconds, overriding the operator's default (None: the default)."""
 
     def __post_init__(self) -> None:
         """Keep the mappings read-only even when a caller passes plain dicts."""
@@ -281,9 +328,10 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
     config = _config(root)
     secrets_ref = _refs(root, "secretsRef", namespace, _config_key)
     _no_overlap(config, secrets_ref)
+    stack, backend = _stack_and_backend(root)
     return StackSpec(
-        stack=_stack_name(root),
-        backend=_string(root, _SPEC, "backend"),
+        stack=stack,
+        backend=backend,
         project_repo=repo,
         commit=commit,
         branch=branch,
@@ -292,24 +340,59 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
         config=config,
         secrets_ref=secrets_ref,
         env_refs=_refs(root, "envRefs", namespace, _env_name),
-        secrets_provider=_string(root, _SPEC, "secretsProvider"),
+        secrets_provider=_secrets_provider(root),
         targets=_strings(root, _SPEC, "targets"),
         prerequisites=_prerequisites(root),
         resync_frequency_seconds=_resync_frequency(root),
         retry_max_backoff_duration_seconds=_retry_max_backoff(root),
+        timeout_seconds=_timeout(root),
         **_flags(root),
     )
 
 
 def referenced_secrets(spec: StackSpec) -> frozenset[str]:
-    """Names of the Secrets (in the Stack's namespace) that ``spec`` reads.
+    """Names of the Secrets (in the Stack's namespace) that a run of ``spec`` reads.
 
-    The reconciler watches them: a change to one of them may unblock or change the Stack.
+    Every ``type: Secret`` ref of ``envRefs``, ``secretsRef`` and ``gitAuth`` (the method that
+    wins PKO's precedence; the others are never read). ``config`` holds values, not refs.
     """
     refs = [*spec.secrets_ref.values(), *spec.env_refs.values()]
     if spec.git_auth is not None:
         refs.extend(spec.git_auth.refs())
     return frozenset(ref.secret.name for ref in refs if ref.secret is not None)
+
+
+def check_stack_for_backend(stack: str, backend: str | None) -> str | None:
+    """Why ``stack`` cannot work on ``backend`` (a message naming ``spec.stack``), or None.
+
+    Self-managed (DIY) backends (``file://``, ``s3://``, ``azblob://``, ``gs://`` or a local
+    path) know one organisation, ``organization``: ``org/stack`` and ``org/project/stack``
+    with any other ``org`` fail in the Pulumi CLI. ``backend`` is the effective backend:
+    ``spec.backend``, else the operator's default; None (the CLI's default, Pulumi Cloud)
+    accepts any organisation. The message names the backend's kind, never its URL.
+    """
+    kind = _diy_kind(backend)
+    parts = stack.split("/")
+    if kind is None or len(parts) == 1 or parts[0] == DIY_ORGANIZATION:
+        return None
+    name = "/".join([DIY_ORGANIZATION, *parts[1:]])
+    return (
+        f"{_SPEC / 'stack'}: organization {parts[0]!r} does not exist on a self-managed"
+        f" {kind} backend, whose only organization is {DIY_ORGANIZATION!r}: use {name!r}"
+        f" or {parts[-1]!r}, or a Pulumi Cloud backend"
+    )
+
+
+def _diy_kind(backend: str | None) -> str | None:
+    """``"file://"`` etc. when ``backend`` is a self-managed backend, else None."""
+    if backend is None:
+        return None
+    scheme = _URL_SCHEME.match(backend)
+    if scheme is None:
+        # No scheme: the CLI reads a path (``pulumi login ./state``) as a local backend.
+        return "local-path" if backend.startswith(("/", ".", "~")) else None
+    name = scheme["scheme"].lower()
+    return f"{name}://" if name in _DIY_SCHEMES else None
 
 
 def parse_go_duration(text: str) -> float:
@@ -403,14 +486,109 @@ def _source(root: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
 
 
 def _check_repo_url(repo: str) -> None:
-    # The URL reaches git's command line: no option look-alikes, no remote helpers
-    # ("ext::sh -c ..." runs commands).
+    """Refuse a ``projectRepo`` git would reject, could misuse, or that holds credentials.
+
+    The URL reaches git's command line (no option look-alikes, no remote helpers: "ext::sh
+    -c ..." runs commands) and the operator's messages. Problems never quote the URL: it may
+    hold credentials.
+    """
+    problem: str | None = None
+    url = _URL_SCHEME.fullmatch(repo)
     if repo.startswith("-") or _CONTROL_OR_SPACE.search(repo):
-        problem = "not a git URL (no spaces, no leading -): use https://, ssh:// or git://"
-        raise SpecError(_SPEC / "projectRepo", problem)
-    if _REMOTE_HELPER.match(repo):
+        problem = f"not a git URL (no spaces, no leading -): {_USE_GIT_URL}"
+    elif _REMOTE_HELPER.match(repo):
         problem = "git remote-helper URLs (<transport>::<address>) are refused: use https://"
+    elif url is not None:
+        problem = _url_problem(url["scheme"], url["rest"])
+    else:
+        problem = _scp_problem(repo)
+    if problem is not None:
         raise SpecError(_SPEC / "projectRepo", problem)
+
+
+def _url_problem(scheme: str, rest: str) -> str | None:
+    """What is wrong with ``<scheme>://<rest>`` as a git remote, or None."""
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo, at, hostport = authority.rpartition("@")
+    return (
+        _scheme_problem(scheme)
+        or (_userinfo_problem(scheme, userinfo) if at else None)
+        or _host_problem(scheme, userinfo, hostport)
+    )
+
+
+def _scheme_problem(scheme: str) -> str | None:
+    if scheme.lower() == "file":
+        return (
+            "file:// is refused (it would read the operator's own disk, such as another"
+            f" Stack's checkout): serve the repository over git; {_USE_GIT_URL}"
+        )
+    if scheme.lower() in _GIT_SCHEMES and scheme not in _GIT_SCHEMES:
+        return f"git reads URL schemes in lower case only: write {scheme.lower() + '://'!r}"
+    if scheme not in _GIT_SCHEMES:
+        return f"unsupported scheme {scheme + '://'!r}: {_USE_GIT_URL}"
+    return None
+
+
+def _userinfo_problem(scheme: str, userinfo: str) -> str | None:
+    """Credentials never go in a URL; only ssh:// takes a user name (not a secret)."""
+    if scheme in {"http", "https"}:
+        return (
+            "credentials in the URL are refused (they would show in messages, Events and"
+            " git's configuration): remove user@ from projectRepo and set spec.gitAuth"
+            " (accessToken or basicAuth from a Secret)"
+        )
+    if scheme == "git":
+        return "git:// takes no user name: remove user@ from projectRepo"
+    if not userinfo:
+        return "empty user name before '@': name the user (ssh://git@host/path) or remove the @"
+    if ":" in userinfo:
+        return (
+            "a password in an ssh:// URL is refused: remove it and set"
+            " spec.gitAuth.sshAuth (a private key from a Secret)"
+        )
+    return None
+
+
+def _host_problem(scheme: str, user: str, hostport: str) -> str | None:
+    """What is wrong with the user and ``host[:port]`` of a git URL, or None."""
+    host, port = hostport, ""
+    if hostport.startswith("["):
+        host, bracket, after = hostport.partition("]")
+        host, port = host + bracket, after.removeprefix(":")
+        if not bracket or (after and not after.startswith(":")):
+            return f"malformed IPv6 host (use [address] or [address]:port): {_USE_GIT_URL}"
+    elif ":" in hostport:
+        host, _, port = hostport.partition(":")
+    if not host.strip("[]"):
+        return f"the URL has no host: {_USE_GIT_URL}"
+    if _is_option(host) or _is_option(user):
+        return "a host or user name starting with - is refused (git would take it for an option)"
+    if port and (not _PORT.fullmatch(port) or int(port) > 65535):
+        return f"the port of a {scheme}:// URL must be a number from 0 to 65535"
+    return None
+
+
+def _is_option(name: str) -> bool:
+    """True if git could pass ``name`` (percent-decoded, as git does) to ssh as an option."""
+    return urllib.parse.unquote(name).startswith("-")
+
+
+def _scp_problem(repo: str) -> str | None:
+    """What is wrong with a remote without ``://``: it must be scp-like ``user@host:path``."""
+    scp = _SCP_LIKE.fullmatch(repo)
+    if scp is None:
+        return (
+            "local paths are refused (they would read the operator's own disk, such as"
+            f" another Stack's checkout): {_USE_GIT_URL}"
+        )
+    if scp["host"].lower() in {*_GIT_SCHEMES, "file"}:
+        return f"{scp['host'] + ':'!r} is not a scheme without '//': {_USE_GIT_URL}"
+    if scp["user"] == "":
+        return "empty user name before '@': name the user (git@host:path) or remove the @"
+    if not scp["path"]:
+        return "user@host:path needs a repository path after the ':'"
+    return _host_problem("ssh", scp["user"] or "", scp["host"])
 
 
 def _commit(commit: str) -> str:
@@ -430,6 +608,15 @@ def _branch(branch: str) -> str:
     return name
 
 
+def _stack_and_backend(root: Mapping[str, Any]) -> tuple[str, str | None]:
+    stack = _stack_name(root)
+    backend = _string(root, _SPEC, "backend")
+    message = check_stack_for_backend(stack, backend)
+    if message is not None:
+        raise SpecError(_SPEC / "stack", message.removeprefix(f"{_SPEC / 'stack'}: "))
+    return stack, backend
+
+
 def _stack_name(root: Mapping[str, Any]) -> str:
     stack = _required_string(root, _SPEC, "stack")
     if not _STACK_NAME.fullmatch(stack):
@@ -439,6 +626,18 @@ def _stack_name(root: Mapping[str, Any]) -> str:
         )
         raise SpecError(_SPEC / "stack", problem)
     return stack
+
+
+def _secrets_provider(root: Mapping[str, Any]) -> str | None:
+    provider = _string(root, _SPEC, "secretsProvider")
+    if provider is None or provider in {"default", "passphrase"}:
+        return provider
+    kind, sep, key = provider.partition("://")
+    if not (sep and kind in SECRETS_PROVIDER_KINDS and key):
+        urls = ", ".join(f"{k}://..." for k in SECRETS_PROVIDER_KINDS)
+        problem = f"unknown secrets provider: use default, passphrase, {urls}"
+        raise SpecError(_SPEC / "secretsProvider", problem)
+    return provider
 
 
 def _repo_dir(root: Mapping[str, Any]) -> str | None:
@@ -458,21 +657,45 @@ def _repo_dir(root: Mapping[str, Any]) -> str | None:
 def _config(root: Mapping[str, Any]) -> Mapping[str, str]:
     path = _SPEC / "config"
     entries = _map(root, _SPEC, "config")
-    return {_config_key(k, path): _config_value(v, path.entry(k)) for k, v in entries.items()}
+    config = {_config_key(k, path): _config_value(v, path.entry(k)) for k, v in entries.items()}
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in config.items())
+    if total > MAX_CONFIG_TOTAL_BYTES:
+        problem = (
+            f"keys and values total {total} bytes, more than {MAX_CONFIG_TOTAL_BYTES}:"
+            " move large data into the repository and read it from the program"
+        )
+        raise SpecError(path, problem)
+    return config
 
 
 def _config_value(value: object, path: _Path) -> str:
-    if isinstance(value, str):
-        return value
     if value is None:
         raise SpecError(path, "null is not a config value: set a value or remove the key")
     # Structured values (PKO v2 accepts any JSON) travel JSON-encoded.
-    return json.dumps(_thaw(value), separators=(",", ":"))
+    text = value if isinstance(value, str) else json.dumps(_thaw(value), separators=(",", ":"))
+    size = len(text.encode())
+    if size > MAX_CONFIG_VALUE_BYTES:
+        problem = (
+            f"the value is {size} bytes, more than {MAX_CONFIG_VALUE_BYTES}:"
+            " move large data into the repository and read it from the program"
+        )
+        raise SpecError(path, problem)
+    return text
 
 
 def _config_key(key: str, path: _Path) -> str:
+    """A key ``pulumi config set`` accepts: ``name`` or ``namespace:name``, no other ``:``."""
     if not key:
         raise SpecError(path.entry(key), "config keys must not be empty")
+    namespace, colon, name = key.partition(":")
+    if ":" in name:
+        old = name.partition(":")
+        fix = f"{namespace}:{old[2]}" if old[0] == "config" else "namespace:name"
+        problem = f"not a Pulumi config key (at most one ':'): use {fix}"
+        raise SpecError(path.entry(key), problem)
+    if colon and not (namespace and name):
+        problem = "not a Pulumi config key (empty namespace or name): use name or namespace:name"
+        raise SpecError(path.entry(key), problem)
     return key
 
 
@@ -540,6 +763,14 @@ def _retry_max_backoff(root: Mapping[str, Any]) -> int:
         return DEFAULT_RETRY_MAX_BACKOFF_SECONDS
     if seconds < 1:
         raise SpecError(_SPEC / "retryMaxBackoffDurationSeconds", "must be at least 1 (seconds)")
+    return seconds
+
+
+def _timeout(root: Mapping[str, Any]) -> int | None:
+    seconds = _int(root, _SPEC, "timeoutSeconds")
+    if seconds is not None and seconds < 1:
+        problem = "must be at least 1 (seconds): unset it to use the operator's default"
+        raise SpecError(_SPEC / "timeoutSeconds", problem)
     return seconds
 
 

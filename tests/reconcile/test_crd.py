@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client, watch
 
 from reconcile.spec import SpecError, parse_spec
 from tests.testbed.control_plane import ControlPlane
@@ -26,6 +27,7 @@ CRD_PATH = Path(__file__).parents[2] / "manifests" / "crd" / "stacks.pulumi.com.
 SHA = "2b0889718d3e63feeb6079ccd5e4488d8601e353"
 TIME = "2026-01-02T03:04:05Z"
 
+DEFAULTED_STATUS = {"observedGeneration": 0}  # the CRD's default: kstatus reads InProgress
 DEFAULT_COLUMNS = ["NAME", "READY", "REASON", "LAST UPDATE", "COMMIT", "AGE"]
 WIDE_COLUMNS = [
     *DEFAULT_COLUMNS,
@@ -40,7 +42,7 @@ def secret(name: str, key: str) -> dict[str, Any]:
 
 # Every field this operator supports, in a Pulumi Kubernetes Operator manifest.
 FULL_SPEC: dict[str, Any] = {
-    "stack": "org/proj/dev",
+    "stack": "organization/proj/dev",  # a file:// backend's only organisation
     "backend": "file:///state",
     "projectRepo": "https://github.com/example/infra",
     "branch": "refs/heads/main",
@@ -80,6 +82,7 @@ FULL_SPEC: dict[str, Any] = {
     "continueResyncOnCommitMatch": True,
     "retryOnUpdateConflict": True,
     "retryMaxBackoffDurationSeconds": 600,
+    "timeoutSeconds": 1800,
     "suspend": False,
 }
 
@@ -230,7 +233,8 @@ def test_pko_manifest_is_accepted_unchanged(
     assert result.returncode == 0, result.stderr
     stored = get_stack(plane, namespace)
     assert stored["spec"] == FULL_SPEC
-    assert parse_spec(stored["spec"], namespace).branch == "main"
+    parsed = parse_spec(stored["spec"], namespace)
+    assert (parsed.branch, parsed.timeout_seconds) == ("main", 1800)
 
 
 @pytest.mark.parametrize(
@@ -285,6 +289,12 @@ def test_pko_manifest_is_accepted_unchanged(
             id="duration-pattern",
         ),
         pytest.param({"stack": None}, "spec.stack", "Required value", id="stack-required"),
+        pytest.param(
+            {"timeoutSeconds": 0},
+            "spec.timeoutSeconds",
+            "should be greater than or equal to 1",
+            id="timeout-zero",
+        ),
     ],
 )
 def test_apiserver_rejects_invalid_spec(
@@ -301,6 +311,170 @@ def test_apiserver_rejects_invalid_spec(
     assert result.returncode != 0
     assert path in result.stderr
     assert message in result.stderr
+
+
+TOKEN = "ghp_0123456789abcdefTOKEN"  # noqa: S105 - fake; errors must never echo it
+
+# Specs that could only fail at run time: both the apiserver (CEL) and the parser refuse them.
+DOOMED = [
+    pytest.param(
+        {"projectRepo": f"https://{TOKEN}@github.com/example/infra"},
+        "spec.projectRepo",
+        "credentials in the URL are refused",
+        id="repo-token-in-url",
+    ),
+    pytest.param(
+        {"projectRepo": f"https://bot:{TOKEN}@github.com/example/infra"},
+        "spec.projectRepo",
+        "remove them from projectRepo and set spec.gitAuth",
+        id="repo-password-in-url",
+    ),
+    pytest.param(
+        {"projectRepo": f"ssh://git:{TOKEN}@github.com/example/infra"},
+        "spec.projectRepo",
+        "credentials in the URL are refused",
+        id="repo-ssh-password-in-url",
+    ),
+    pytest.param(
+        {"projectRepo": f"ftp://{TOKEN}@github.com/example/infra"},
+        "spec.projectRepo",
+        "not a git URL the operator fetches",
+        id="repo-ftp-with-token",
+    ),
+    pytest.param(
+        {"projectRepo": "file:///srv/git/infra.git"},
+        "spec.projectRepo",
+        "not a git URL the operator fetches",
+        id="repo-file-url",
+    ),
+    pytest.param(
+        {"projectRepo": "/srv/git/infra.git"},
+        "spec.projectRepo",
+        "file:// and local paths are refused",
+        id="repo-local-path",
+    ),
+    pytest.param(
+        {"projectRepo": "ftp://host/infra.git"},
+        "spec.projectRepo",
+        "not a git URL the operator fetches",
+        id="repo-ftp",
+    ),
+    pytest.param(
+        {"projectRepo": "ssh://-oProxyCommand=touch%20x/r"},
+        "spec.projectRepo",
+        "starting with - is refused",
+        id="repo-option-host",
+    ),
+    pytest.param(
+        {"projectRepo": "git@-oProxyCommand=x:r"},
+        "spec.projectRepo",
+        "starting with - is refused",
+        id="repo-scp-option-host",
+    ),
+    pytest.param(
+        {"secretsRef": {":pw": secret("db", "pw")}},
+        "spec.secretsRef",
+        "no empty part",
+        id="secret-config-key-empty-namespace",
+    ),
+    pytest.param(
+        {"secretsRef": {"db:pw:x": secret("db", "pw")}},
+        "spec.secretsRef",
+        "config keys are name or namespace:name",
+        id="secret-config-key-two-colons",
+    ),
+    pytest.param(
+        {"secretsProvider": "vault"},
+        "spec.secretsProvider",
+        "unknown secrets provider: use default, passphrase, awskms://...",
+        id="secrets-provider-unknown",
+    ),
+    pytest.param(
+        {"secretsProvider": "awskms"},
+        "spec.secretsProvider",
+        "unknown secrets provider",
+        id="secrets-provider-without-key",
+    ),
+    pytest.param(
+        {"stack": "acme/proj/dev", "backend": "file:///state"},
+        "spec.stack",
+        'knows only the organization "organization"',
+        id="stack-org-on-file-backend",
+    ),
+    pytest.param(
+        {"stack": "acme/dev", "backend": "s3://bucket"},
+        "spec.stack",
+        "use organization/project/stack or stack",
+        id="stack-org-on-s3-backend",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "path", "message"), DOOMED)
+def test_apiserver_and_parser_refuse_what_could_only_fail_later(
+    plane: ControlPlane,
+    tmp_path: Path,
+    namespace: str,
+    fields: dict[str, Any],
+    path: str,
+    message: str,
+) -> None:
+    """The CEL rules refuse what the parser refuses; neither error repeats a URL's token."""
+    spec = {**MINIMAL_SPEC, **fields}
+    result = apply_stack(plane, tmp_path, namespace, spec)
+    assert result.returncode != 0
+    assert path in result.stderr
+    assert message in " ".join(result.stderr.split())
+    assert TOKEN not in result.stderr
+    with pytest.raises(SpecError) as refused:
+        parse_spec(spec, namespace)
+    assert refused.value.path.startswith(path)
+    assert TOKEN not in str(refused.value)
+
+
+def test_config_keys_are_left_to_the_parser(
+    plane: ControlPlane, tmp_path: Path, namespace: str
+) -> None:
+    """CEL cannot type config (any JSON values): a bad key is stored, and the parser refuses it."""
+    spec = {**MINIMAL_SPEC, "config": {"a:b:c": "v"}}
+    result = apply_stack(plane, tmp_path, namespace, spec)
+    assert result.returncode == 0, result.stderr
+    with pytest.raises(SpecError) as refused:
+        parse_spec(get_stack(plane, namespace)["spec"], namespace)
+    assert refused.value.path == "spec.config[a:b:c]"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"projectRepo": "git@github.com:example/infra.git"}, id="scp-like"),
+        pytest.param({"projectRepo": "github.com:example/infra.git"}, id="scp-like-no-user"),
+        pytest.param({"projectRepo": "git@[::1]:infra.git"}, id="scp-like-ipv6"),
+        pytest.param({"projectRepo": "ssh://git@github.com:22/example/infra"}, id="ssh-user"),
+        pytest.param({"projectRepo": "git://127.0.0.1:9418/infra.git"}, id="git-daemon"),
+        pytest.param({"projectRepo": "http://127.0.0.1:8080/infra.git"}, id="http"),
+        pytest.param({"projectRepo": "https://host/path@v2/infra"}, id="at-in-path"),
+        pytest.param({"config": {"name": "v", "aws:region": "w"}}, id="config-keys"),
+        pytest.param({"secretsRef": {"app:pw": secret("db", "pw")}}, id="secret-config-key"),
+        pytest.param({"secretsProvider": "default"}, id="provider-default"),
+        pytest.param({"secretsProvider": "awskms:///arn:aws:kms:us-east-1:1:key/1"}, id="awskms"),
+        pytest.param({"secretsProvider": "hashivault://key"}, id="hashivault"),
+        pytest.param({"secretsProvider": ""}, id="provider-empty"),
+        pytest.param({"stack": "organization/proj/dev", "backend": "file:///s"}, id="diy-org"),
+        pytest.param({"stack": "dev", "backend": "gs://b"}, id="diy-plain-stack"),
+        pytest.param({"stack": "acme/proj/dev", "backend": "https://api.pulumi.com"}, id="cloud"),
+        pytest.param({"timeoutSeconds": 1}, id="timeout-1"),
+    ],
+)
+def test_apiserver_and_parser_accept_what_can_work(
+    plane: ControlPlane, tmp_path: Path, namespace: str, fields: dict[str, Any]
+) -> None:
+    """Every form the parser accepts passes the CEL rules too, and is stored unchanged."""
+    spec = {**MINIMAL_SPEC, **fields}
+    result = apply_stack(plane, tmp_path, namespace, spec)
+    assert result.returncode == 0, result.stderr
+    assert get_stack(plane, namespace)["spec"] == spec
+    parse_spec(spec, namespace)
 
 
 @pytest.mark.parametrize(
@@ -360,6 +534,53 @@ def test_refused_fields_reach_the_operator(
 
 
 # -- status validation ---------------------------------------------------------------------
+
+
+def test_a_new_stack_has_a_defaulted_status(
+    plane: ControlPlane, tmp_path: Path, namespace: str, api_client: client.ApiClient
+) -> None:
+    """Before anyone writes status, create, GET, LIST and watch all show observedGeneration 0.
+
+    kstatus reads observedGeneration < generation as InProgress: a Stack is never "Current"
+    before the operator has seen it.
+    """
+    manifest = {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Stack",
+        "metadata": {"name": "fresh", "namespace": namespace},
+        "spec": MINIMAL_SPEC,
+    }
+    path = tmp_path / "fresh.json"
+    path.write_text(json.dumps(manifest))
+    created = json.loads(plane.kubectl("create", "-f", str(path), "-o", "json").stdout)
+    assert created["status"] == DEFAULTED_STATUS
+    assert created["metadata"]["generation"] == 1
+    assert get_stack(plane, namespace, "fresh")["status"] == DEFAULTED_STATUS
+    listed = json.loads(plane.kubectl("get", "stacks", "-n", namespace, "-o", "json").stdout)
+    assert [item["status"] for item in listed["items"]] == [DEFAULTED_STATUS]
+    api = client.CustomObjectsApi(api_client)
+    events = watch.Watch().stream(
+        api.list_namespaced_custom_object,
+        "pulumi.com",
+        "v1",
+        namespace,
+        "stacks",
+        timeout_seconds=30,
+    )
+    first = next(events)
+    events.close()
+    assert (first["type"], first["object"]["status"]) == ("ADDED", DEFAULTED_STATUS)
+
+
+def test_status_writes_replace_the_default(plane: ControlPlane, namespace: str, stack: str) -> None:
+    """A status patch lands on top of the default; the written observedGeneration wins."""
+    patch_status(plane, namespace, stack, {"conditions": [condition()]}).check_returncode()
+    assert get_stack(plane, namespace)["status"] == {
+        "observedGeneration": 0,
+        "conditions": [condition()],
+    }
+    patch_status(plane, namespace, stack, {"observedGeneration": 1}).check_returncode()
+    assert get_stack(plane, namespace)["status"]["observedGeneration"] == 1
 
 
 def test_valid_status_is_accepted(plane: ControlPlane, namespace: str, stack: str) -> None:
@@ -502,7 +723,7 @@ def test_apiserver_rejects_invalid_status(
     assert result.returncode != 0
     assert path in result.stderr
     assert message in result.stderr
-    assert "status" not in get_stack(plane, namespace)
+    assert get_stack(plane, namespace)["status"] == DEFAULTED_STATUS
 
 
 def test_status_writes_never_bump_generation(
@@ -524,7 +745,7 @@ def test_main_resource_ignores_status(plane: ControlPlane, namespace: str, stack
     """Status sent to the main resource is dropped: only /status can write it."""
     body = json.dumps({"status": {"observedGeneration": 7}})
     plane.kubectl("patch", "stack", stack, "-n", namespace, "--type=merge", "-p", body)
-    assert "status" not in get_stack(plane, namespace)
+    assert get_stack(plane, namespace)["status"] == DEFAULTED_STATUS
 
 
 # -- printer columns and category -----------------------------------------------------------
@@ -584,7 +805,7 @@ def test_wide_columns(plane: ControlPlane, namespace: str) -> None:
         ],
         "stalled": [
             *("False", "InvalidSpec", "", ""),
-            *("org/proj/prod", "", "InvalidSpec", "true", "", "1"),
+            *("org/proj/prod", "", "InvalidSpec", "true", "0", "1"),  # the defaulted status
             "spec.stack: bad",
         ],
     }

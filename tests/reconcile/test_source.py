@@ -13,18 +13,23 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
+from reconcile import source
 from reconcile.source import (
     GitCredentials,
+    ProgramDirError,
     Reason,
     SourceError,
     checkout,
     git_environment,
+    program_dir,
+    redact_url,
     resolve_revision,
 )
 from tests.testbed.git_http import Account, GitHttpServer
@@ -614,6 +619,35 @@ def test_a_silent_server_times_out_as_transient(
     assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("ssh://-oProxyCommand=touch%20{marker}/r.git", id="ssh-option-host"),
+        pytest.param("ssh://-oProxyCommand=touch%20{marker}@host/r.git", id="ssh-option-user"),
+        pytest.param(
+            "git@-oProxyCommand=touch%20{marker}:r.git",
+            id="scp-option-host",
+            marks=pytest.mark.skipif(SSH is None, reason="no OpenSSH client installed"),
+        ),
+        pytest.param("https://127.0.0.1:abc/r.git", id="https-bad-port"),
+        pytest.param("http://[::1/r.git", id="http-bad-ipv6"),
+        pytest.param("http://exa%20mple/r.git", id="http-bad-host"),
+        pytest.param("gopher://127.0.0.1/r.git", id="transport-not-allowed"),
+    ],
+)
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_url_git_refuses_is_not_transient(url: str, operation: str, tmp_path: Path) -> None:
+    """A URL git or ssh refuses outright can never work: SourceUnavailable, not transient.
+
+    Retrying it forever would only hide the problem; nothing it asks for is run either.
+    """
+    marker = tmp_path / "pwned"
+    with pytest.raises(SourceError) as caught:
+        fetch(operation, url.format(marker=marker), tmp_path / "work")
+    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, False)
+    assert not marker.exists()
+
+
 def test_file_urls_are_refused(
     git_http: GitHttpServer, http_repo: Repo, repo_name: str, tmp_path: Path
 ) -> None:
@@ -624,6 +658,32 @@ def test_file_urls_are_refused(
         checkout(git_http.push_url(repo_name), tmp_path / "work", branch="main")
     assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, False)
     assert "not allowed" in str(caught.value)
+
+
+def test_resolve_revision_defaults_to_the_ls_remote_limit(
+    silent_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a timeout, resolve_revision gives up after LS_REMOTE_TIMEOUT_SECONDS."""
+    assert source.LS_REMOTE_TIMEOUT_SECONDS <= 30  # a silent remote must not hold a worker long
+    monkeypatch.setattr(source, "LS_REMOTE_TIMEOUT_SECONDS", 1.0)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match=r"timed out \(limit 1s\)") as caught:
+        resolve_revision(f"git://127.0.0.1:{silent_port}/repo.git", "main", None)
+    assert caught.value.transient
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_stalled_http_remote_is_cut_off_before_the_limit(
+    operation: str, silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP remote that sends nothing is dropped after STALL_TIMEOUT_SECONDS, transiently."""
+    monkeypatch.setattr(source, "STALL_TIMEOUT_SECONDS", 1)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="too slow") as caught:
+        fetch(operation, f"http://127.0.0.1:{silent_port}/repo.git", tmp_path / "work", None, 120)
+    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
+    assert time.monotonic() - started < 30
 
 
 def test_user_git_configuration_is_ignored(
@@ -658,7 +718,16 @@ def test_environment_is_isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         assert env["GIT_TERMINAL_PROMPT"] == "0"
         assert "file" not in env["GIT_ALLOW_PROTOCOL"].split(":")
         assert not {"AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "GIT_DIR"} & env.keys()
-        assert "BatchMode=yes" in shlex.split(env["GIT_SSH_COMMAND"])
+        ssh = shlex.split(env["GIT_SSH_COMMAND"])
+        assert "BatchMode=yes" in ssh
+        assert f"ConnectTimeout={source.SSH_CONNECT_TIMEOUT_SECONDS}" in ssh
+        assert f"ServerAliveInterval={source.SSH_CONNECT_TIMEOUT_SECONDS}" in ssh
+        config = {
+            env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+            for i in range(int(env["GIT_CONFIG_COUNT"]))
+        }
+        assert config["http.lowSpeedTime"] == str(source.STALL_TIMEOUT_SECONDS)
+        assert config["http.lowSpeedLimit"] == str(source.STALL_MIN_BYTES_PER_SECOND)
     assert not home.exists()
 
 
@@ -755,3 +824,156 @@ def test_openssh_reads_the_passphrase_through_askpass(
         )
     public = (tmp_path / "id_test.pub").read_text().split()[:2]
     assert (derived.stdout.split()[:2] == public) is accepted
+
+
+# --- user information in URLs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "fatal: unable to access 'https://ghp_tok@github.com/o/r/': 403",
+            "fatal: unable to access 'https://***@github.com/o/r/': 403",
+            id="token-as-user",
+        ),
+        pytest.param(
+            "git fetch http://bot:hunter2@127.0.0.1:8080/r.git failed",
+            "git fetch http://***@127.0.0.1:8080/r.git failed",
+            id="user-and-password",
+        ),
+        pytest.param(
+            "from ssh://git@host/r and https://a:b@h/x",
+            "from ssh://***@host/r and https://***@h/x",
+            id="two-urls",
+        ),
+        pytest.param(
+            "https://host/path@v1 git@host:r", "https://host/path@v1 git@host:r", id="no-userinfo"
+        ),
+        pytest.param("https://h/r?u=a@b", "https://h/r?u=a@b", id="at-in-query"),
+        pytest.param("nothing here", "nothing here", id="no-url"),
+    ],
+)
+def test_redact_url(text: str, expected: str) -> None:
+    """redact_url masks the user information of every URL, and nothing else."""
+    assert redact_url(text) == expected
+
+
+@pytest.fixture
+def token_user_server(tmp_path: Path) -> Iterator[tuple[GitHttpServer, str]]:
+    """A server that takes a token as the user name with an empty password (as GitHub does)."""
+    token = f"ghp_{secrets.token_hex(16)}"
+    server = GitHttpServer(tmp_path / "token-server", [Account(token, "")])
+    server.start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+
+
+def test_a_token_as_url_user_name_stays_out_of_argv_and_config(
+    token_user_server: tuple[GitHttpServer, str], tmp_path: Path, git_argv: list[list[str]]
+) -> None:
+    """https://<token>@host/r authenticates, but the token is in no argv and no .git/config."""
+    server, token = token_user_server
+    url = server.create_repo("infra")
+    tip = Checkout(server.push_url("infra"), tmp_path / "upstream").commit({"a.txt": "1"})
+    with_token = url.replace("://", f"://{token}@")
+    work = tmp_path / "work"
+    git_argv.clear()
+
+    assert resolve_revision(with_token, "main", None) == tip
+    assert checkout(with_token, work, branch="main") == tip
+
+    assert [argv for argv in git_argv if any(token in arg for arg in argv)] == []
+    assert git("config", "--get", "remote.origin.url", cwd=work).strip() == url
+    assert token not in (work / ".git" / "config").read_text()
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_refused_token_as_url_user_name_is_not_shown(
+    http_repo: Repo, tmp_path: Path, operation: str
+) -> None:
+    """A token the server refuses appears in no exception text and no log line."""
+    url, upstream = http_repo
+    upstream.commit({"a.txt": "1"})
+    token = f"ghp_{secrets.token_hex(16)}"
+    with capture_logs() as logs, pytest.raises(SourceError) as caught:
+        fetch(operation, url.replace("://", f"://{token}@"), tmp_path / "work")
+    assert (caught.value.reason, caught.value.transient) == (Reason.AUTHENTICATION_FAILED, False)
+    assert token not in error_texts(caught.value)
+    assert token not in repr(logs)
+
+
+# --- program_dir ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def linked_checkout(git_repo: Repo, tmp_path: Path) -> Path:
+    """A checkout whose commit holds symlinks into and out of the repository.
+
+    ``infra/`` (with Pulumi.yaml), ``alias -> infra``, ``up -> ..``, ``etc -> /etc``,
+    ``escape -> ../outside`` (a real directory next to the checkout), ``loop -> loop``,
+    ``infra/out -> ../..`` and the file ``README``.
+    """
+    url, upstream = git_repo
+    (tmp_path / "outside" / "sub").mkdir(parents=True)
+    (tmp_path / "outside" / "Pulumi.yaml").write_text("name: not-this-one\n")
+    links = {"alias": "infra", "up": "..", "etc": "/etc", "escape": "../outside", "loop": "loop"}
+    for name, target in links.items():
+        (upstream.path / name).symlink_to(target)
+    (upstream.path / "infra").mkdir()
+    (upstream.path / "infra" / "out").symlink_to("../..")
+    upstream.commit({"infra/Pulumi.yaml": "name: p\n", "README": "hello\n"})
+    work = tmp_path / "work"
+    checkout(url, work, branch="main")
+    assert (work / "escape").is_symlink()  # git checked the links out as links
+    return work
+
+
+@pytest.mark.parametrize(
+    ("repo_dir", "expected"),
+    [
+        pytest.param(None, ".", id="unset"),
+        pytest.param("", ".", id="empty"),
+        pytest.param(".", ".", id="dot"),
+        pytest.param("infra", "infra", id="directory"),
+        pytest.param("alias", "infra", id="symlink-inside"),
+        pytest.param("infra/out/work/infra", "infra", id="out-and-back-in"),
+    ],
+)
+def test_program_dir_inside_the_checkout(
+    linked_checkout: Path, repo_dir: str | None, expected: str
+) -> None:
+    """A repoDir resolves, through symlinks staying inside, to a real directory in the checkout."""
+    assert program_dir(linked_checkout, repo_dir) == (linked_checkout / expected).resolve()
+
+
+@pytest.mark.parametrize(
+    ("repo_dir", "problem"),
+    [
+        pytest.param("escape", "leads outside the repository", id="symlink-to-sibling"),
+        pytest.param("escape/sub", "leads outside the repository", id="through-a-symlink"),
+        pytest.param("etc", "leads outside the repository", id="absolute-symlink"),
+        pytest.param("up", "leads outside the repository", id="symlink-to-parent"),
+        pytest.param("infra/out", "leads outside the repository", id="nested-symlink"),
+        pytest.param("..", "leads outside the repository", id="dot-dot"),
+        pytest.param("/etc", "leads outside the repository", id="absolute"),
+        pytest.param("nope", "does not exist in the repository", id="missing"),
+        pytest.param("README", "is not a directory", id="a-file"),
+        pytest.param("loop", "symlink loop", id="symlink-loop"),
+    ],
+)
+def test_program_dir_outside_or_missing_is_invalid_spec(
+    linked_checkout: Path, repo_dir: str, problem: str
+) -> None:
+    """A repoDir that escapes (textually or via a symlink) or is missing: ProgramDirError.
+
+    Not a SourceError (the fetch worked); the reconciler stalls the Stack with InvalidSpec.
+    """
+    with pytest.raises(ProgramDirError) as caught:
+        program_dir(linked_checkout, repo_dir)
+    assert not isinstance(caught.value, SourceError)
+    assert str(caught.value).startswith(f"spec.repoDir {repo_dir!r} ")
+    assert problem in str(caught.value)
+    assert "point spec.repoDir at a directory inside the repository" in str(caught.value)

@@ -14,6 +14,8 @@ import yaml
 
 from reconcile.spec import (
     DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
+    MAX_CONFIG_TOTAL_BYTES,
+    MAX_CONFIG_VALUE_BYTES,
     MIN_RESYNC_SECONDS,
     SPEC_FIELDS,
     GitAuth,
@@ -22,6 +24,7 @@ from reconcile.spec import (
     SecretKeyRef,
     SpecError,
     StackSpec,
+    check_stack_for_backend,
     parse_go_duration,
     parse_spec,
     referenced_secrets,
@@ -513,7 +516,256 @@ INVALID = [
         id="retry-backoff-zero",
     ),
     pytest.param(base(refresh="yes"), "spec.refresh", "true or false", id="bool-string"),
+    pytest.param(base(timeoutSeconds=0), "spec.timeoutSeconds", "at least 1", id="timeout-zero"),
+    pytest.param(
+        base(timeoutSeconds=-5), "spec.timeoutSeconds", "operator's default", id="timeout-negative"
+    ),
+    pytest.param(
+        base(timeoutSeconds="600"), "spec.timeoutSeconds", "must be an integer", id="timeout-string"
+    ),
+    pytest.param(
+        base(timeoutSeconds=1.5), "spec.timeoutSeconds", "must be an integer", id="timeout-float"
+    ),
 ]
+
+# Specs that would only fail at run time (in git or the Pulumi CLI) are refused at once.
+DOOMED = [
+    pytest.param(
+        base(config={"a:b:c": "v"}),
+        "spec.config[a:b:c]",
+        "not a Pulumi config key (at most one ':'): use namespace:name",
+        id="config-key-two-colons",
+    ),
+    pytest.param(
+        base(config={"aws:config:region": "v"}),
+        "spec.config[aws:config:region]",
+        "use aws:region",
+        id="config-key-old-config-form",
+    ),
+    pytest.param(
+        base(config={":region": "v"}),
+        "spec.config[:region]",
+        "empty namespace",
+        id="config-ns-empty",
+    ),
+    pytest.param(
+        base(config={"aws:": "v"}), "spec.config[aws:]", "empty namespace or name", id="config-name"
+    ),
+    pytest.param(
+        base(secretsRef={"db:pw:x": secret()}),
+        "spec.secretsRef[db:pw:x]",
+        "at most one ':'",
+        id="secret-config-key-two-colons",
+    ),
+    pytest.param(
+        base(stack="acme/proj/dev", backend="file:///state"),
+        "spec.stack",
+        "organization 'acme' does not exist on a self-managed file:// backend, whose only"
+        " organization is 'organization': use 'organization/proj/dev' or 'dev'",
+        id="stack-org-on-file-backend",
+    ),
+    pytest.param(
+        base(stack="acme/dev", backend="s3://bucket/state?region=eu-west-1"),
+        "spec.stack",
+        "s3:// backend",
+        id="stack-org-on-s3-backend",
+    ),
+    pytest.param(
+        base(stack="acme/proj/dev", backend="/var/lib/pulumi"),
+        "spec.stack",
+        "local-path backend",
+        id="stack-org-on-local-path",
+    ),
+    pytest.param(
+        base(secretsProvider="vault"),
+        "spec.secretsProvider",
+        "unknown secrets provider: use default, passphrase, awskms://..., azurekeyvault://...,"
+        " gcpkms://..., hashivault://...",
+        id="secrets-provider-unknown",
+    ),
+    pytest.param(
+        base(secretsProvider="awskms"),
+        "spec.secretsProvider",
+        "unknown secrets provider",
+        id="secrets-provider-kind-without-key",
+    ),
+    pytest.param(
+        base(secretsProvider="gcpkms://"),
+        "spec.secretsProvider",
+        "unknown secrets provider",
+        id="secrets-provider-empty-key",
+    ),
+    pytest.param(
+        base(secretsProvider="Passphrase"),
+        "spec.secretsProvider",
+        "unknown secrets provider",
+        id="secrets-provider-case",
+    ),
+    pytest.param(
+        base(config={"big": "x" * (MAX_CONFIG_VALUE_BYTES + 1)}),
+        "spec.config[big]",
+        f"the value is {MAX_CONFIG_VALUE_BYTES + 1} bytes, more than {MAX_CONFIG_VALUE_BYTES}:"
+        " move large data into the repository",
+        id="config-value-too-big",
+    ),
+    pytest.param(
+        base(config={"big": ["\u00e9" * (MAX_CONFIG_VALUE_BYTES // 2)]}),
+        "spec.config[big]",
+        "more than",
+        id="config-structured-value-too-big-in-utf8",
+    ),
+    pytest.param(
+        base(config={f"k{i}": "x" * MAX_CONFIG_VALUE_BYTES for i in range(8)}),
+        "spec.config",
+        f"more than {MAX_CONFIG_TOTAL_BYTES}",
+        id="config-total-too-big",
+    ),
+]
+
+_GIT_URL_FIX = "use https://host/path, ssh://[user@]host/path, git://host/path or user@host:path"
+
+# projectRepo values git would refuse, could misuse, or that hold credentials.
+BAD_REPOS = [
+    pytest.param("file:///srv/git/infra.git", "file:// is refused", id="file-url"),
+    pytest.param("/srv/git/infra.git", "local paths are refused", id="absolute-path"),
+    pytest.param("./infra", "local paths are refused", id="relative-path"),
+    pytest.param("infra", "local paths are refused", id="bare-word"),
+    pytest.param("ftp://host/infra.git", "unsupported scheme 'ftp://'", id="ftp"),
+    pytest.param("git+ssh://host/infra.git", "unsupported scheme", id="git-plus-ssh"),
+    pytest.param("HTTPS://host/infra.git", "lower case only: write 'https://'", id="upper-case"),
+    pytest.param("https:///infra.git", "the URL has no host", id="no-host"),
+    pytest.param("https://host:abc/infra.git", "must be a number", id="port-not-a-number"),
+    pytest.param("ssh://host:70000/infra.git", "from 0 to 65535", id="port-too-big"),
+    pytest.param("http://[::1/infra.git", "malformed IPv6 host", id="ipv6-unclosed"),
+    pytest.param("https:/host/infra.git", "'https:' is not a scheme without '//'", id="one-slash"),
+    pytest.param("git@host:", "needs a repository path", id="scp-without-path"),
+    pytest.param("@host:infra", "empty user name", id="scp-empty-user"),
+    pytest.param("ssh://@host/infra", "empty user name", id="ssh-empty-user"),
+    pytest.param("ssh://-oProxyCommand=touch%20x/r", "starting with - is refused", id="ssh-opt"),
+    pytest.param("ssh://%2doProxyCommand=x/r", "starting with - is refused", id="ssh-opt-pct"),
+    pytest.param("ssh://-oProxyCommand=x@host/r", "starting with - is refused", id="ssh-opt-user"),
+    pytest.param("git@-oProxyCommand=x:r", "starting with - is refused", id="scp-opt-host"),
+    pytest.param("https://ghp_secret123@github.com/o/r", "set spec.gitAuth", id="https-token"),
+    pytest.param("https://bot:hunter2@github.com/o/r", "set spec.gitAuth", id="https-password"),
+    pytest.param("http://bot@host/o/r", "set spec.gitAuth", id="http-user"),
+    pytest.param("ssh://git:hunter2@host/o/r", "spec.gitAuth.sshAuth", id="ssh-password"),
+    pytest.param("git://bot@host/o/r", "git:// takes no user name", id="git-user"),
+]
+
+
+@pytest.mark.parametrize(("repo", "fragment"), BAD_REPOS)
+def test_unusable_repo_url_is_refused(repo: str, fragment: str) -> None:
+    """A projectRepo git cannot or must not fetch is InvalidSpec on spec.projectRepo.
+
+    The message never repeats the URL (it may hold credentials).
+    """
+    with pytest.raises(SpecError) as refused:
+        parse_spec(base(projectRepo=repo), NS)
+    assert refused.value.path == "spec.projectRepo"
+    assert fragment in refused.value.problem
+    for part in ("ghp_secret123", "hunter2", "bot", "oProxyCommand"):
+        assert part not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "repo",
+    [
+        pytest.param("https://github.com/example/infra.git", id="https"),
+        pytest.param("http://127.0.0.1:8080/infra.git", id="http-port"),
+        pytest.param("ssh://git@github.com/example/infra.git", id="ssh-user"),
+        pytest.param("ssh://github.com:2222/example/infra.git", id="ssh-port"),
+        pytest.param("ssh://[::1]:22/infra.git", id="ssh-ipv6"),
+        pytest.param("git://127.0.0.1:9418/infra.git", id="git-daemon"),
+        pytest.param("git@github.com:example/infra.git", id="scp-like"),
+        pytest.param("github.com:example/infra.git", id="scp-like-without-user"),
+        pytest.param("git@[::1]:infra.git", id="scp-like-ipv6"),
+        pytest.param("https://host/path-with-@-in-it", id="at-in-path"),
+    ],
+)
+def test_usable_repo_url_is_accepted(repo: str) -> None:
+    """Every form of git URL the operator fetches parses unchanged."""
+    assert parse_spec(base(projectRepo=repo), NS).project_repo == repo
+
+
+@pytest.mark.parametrize(("spec", "path", "fragment"), DOOMED)
+def test_spec_that_could_only_fail_at_run_time_is_refused(
+    spec: Any, path: str, fragment: str
+) -> None:
+    """Config keys, stack names, secrets providers and sizes Pulumi would refuse are refused now."""
+    with pytest.raises(SpecError) as refused:
+        parse_spec(spec, NS)
+    assert refused.value.path == path
+    assert str(refused.value).startswith(f"{path}: ")
+    assert fragment in refused.value.problem
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"config": {"region": "v", "aws:region": "v"}}, id="config-keys"),
+        pytest.param({"config": {"app:url": "https://a/b?x=1:2"}}, id="colon-in-value"),
+        pytest.param({"config": {"k": "x" * MAX_CONFIG_VALUE_BYTES}}, id="value-at-the-limit"),
+        pytest.param({"stack": "organization/proj/dev", "backend": "file:///s"}, id="diy-org"),
+        pytest.param({"stack": "organization/dev", "backend": "gs://b"}, id="diy-org-stack"),
+        pytest.param({"stack": "dev", "backend": "azblob://c"}, id="diy-plain-stack"),
+        pytest.param({"stack": "acme/proj/dev", "backend": "https://api.pulumi.com"}, id="cloud"),
+        pytest.param({"stack": "acme/proj/dev"}, id="backend-unset"),
+        pytest.param({"secretsProvider": "default"}, id="provider-default"),
+        pytest.param({"secretsProvider": "passphrase"}, id="provider-passphrase"),
+        pytest.param(
+            {"secretsProvider": "awskms://alias/ExampleAlias?region=us-east-1"}, id="awskms"
+        ),
+        pytest.param({"secretsProvider": "awskms:///arn:aws:kms:us-east-1:1:key/1"}, id="arn"),
+        pytest.param(
+            {"secretsProvider": "azurekeyvault://vault.vault.azure.net/keys/k"}, id="azure"
+        ),
+        pytest.param(
+            {"secretsProvider": "gcpkms://projects/p/locations/l/keyRings/r/cryptoKeys/k"},
+            id="gcpkms",
+        ),
+        pytest.param({"secretsProvider": "hashivault://mykey"}, id="hashivault"),
+        pytest.param({"secretsProvider": ""}, id="provider-empty-is-unset"),
+    ],
+)
+def test_specs_that_can_work_are_accepted(fields: dict[str, Any]) -> None:
+    """Valid config keys, stack/backend pairs and secrets providers parse."""
+    parse_spec(base(**fields), NS)
+
+
+@pytest.mark.parametrize(
+    ("stack", "backend", "fragment"),
+    [
+        pytest.param("acme/proj/dev", "file:///state", "file:// backend", id="file"),
+        pytest.param("acme/proj/dev", "FILE:///state", "file:// backend", id="file-upper"),
+        pytest.param("acme/dev", "gs://bucket", "use 'organization/dev' or 'dev'", id="gs-2"),
+        pytest.param("acme/proj/dev", "azblob://c", "azblob:// backend", id="azblob"),
+        pytest.param("acme/proj/dev", "~/state", "local-path backend", id="home-path"),
+        pytest.param("acme/proj/dev", "./state", "local-path backend", id="relative-path"),
+        pytest.param("dev", "file:///state", None, id="plain-stack"),
+        pytest.param("organization/proj/dev", "s3://b", None, id="organization"),
+        pytest.param("acme/proj/dev", "https://api.pulumi.com", None, id="cloud"),
+        pytest.param("acme/proj/dev", "https://pulumi.example.com", None, id="self-hosted-cloud"),
+        pytest.param("acme/proj/dev", None, None, id="cli-default"),
+    ],
+)
+def test_check_stack_for_backend(stack: str, backend: str | None, fragment: str | None) -> None:
+    """Only DIY backends restrict the organisation; the message names spec.stack, not the URL."""
+    message = check_stack_for_backend(stack, backend)
+    if fragment is None:
+        assert message is None
+        return
+    assert message is not None
+    assert message.startswith("spec.stack: organization 'acme' does not exist")
+    assert fragment in message
+    assert "state" not in message.replace("self-managed", "")
+
+
+def test_stack_is_checked_against_the_backend_the_spec_names() -> None:
+    """parse_spec applies check_stack_for_backend to spec.backend, with the same message."""
+    spec = base(stack="acme/proj/dev", backend="file:///state")
+    with pytest.raises(SpecError) as refused:
+        parse_spec(spec, NS)
+    assert str(refused.value) == check_stack_for_backend("acme/proj/dev", "file:///state")
 
 
 @pytest.mark.parametrize(("spec", "path", "fragment"), INVALID)
@@ -566,6 +818,10 @@ def test_spec_error_is_a_value_error() -> None:
             {"resyncFrequencySeconds": 61}, "resync_frequency_seconds", 61, id="resync-61"
         ),
         pytest.param({}, "retry_max_backoff_duration_seconds", 86400, id="retry-backoff-default"),
+        pytest.param({}, "timeout_seconds", None, id="timeout-unset"),
+        pytest.param({"timeoutSeconds": None}, "timeout_seconds", None, id="timeout-null"),
+        pytest.param({"timeoutSeconds": 1}, "timeout_seconds", 1, id="timeout-1"),
+        pytest.param({"timeoutSeconds": 7200}, "timeout_seconds", 7200, id="timeout-2h"),
         pytest.param(
             {"retryMaxBackoffDurationSeconds": 1},
             "retry_max_backoff_duration_seconds",
@@ -761,6 +1017,16 @@ def test_repr_masks_literal_values() -> None:
             },
             frozenset({"key", "phrase"}),
             id="only-the-winning-git-method",
+        ),
+        pytest.param(
+            {"gitAuth": {"basicAuth": {"userName": secret("user"), "password": secret("pass")}}},
+            frozenset({"user", "pass"}),
+            id="basic-auth-user-and-password",
+        ),
+        pytest.param(
+            {"config": {"k": "v"}, "secretsRef": {"a": literal("x")}},
+            frozenset(),
+            id="config-and-literals-reference-no-secret",
         ),
     ],
 )
