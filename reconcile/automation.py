@@ -9,10 +9,22 @@ class of failure, which decides the queue action) plus the engine's own error te
 
 Guarantees:
 
-* Every CLI invocation is a subprocess running in ``request.work_dir`` with ``PULUMI_HOME``
-  set to the runner's home. No program runs in this interpreter (no inline programs).
-* Secrets stay out of argv, logs and the ``Outcome``. Secret config values reach
-  ``pulumi config set --secret`` on stdin, never as arguments. ``Outcome.message`` and
+* Every CLI invocation is a subprocess running in ``request.work_dir``. No program runs in
+  this interpreter (no inline programs). The CLI is the runner's absolute ``pulumi``, so a
+  Stack's ``PATH`` cannot substitute another one.
+* Stacks share nothing that carries credentials. A request's ``pulumi_home`` is its Stack's
+  own ``PULUMI_HOME`` (and ``HOME``); only its ``plugins`` directory is shared, a symlink to
+  the runner's plugin store. The CLI saves the access token it was given in
+  ``PULUMI_HOME/credentials.json`` and would reuse it for a later run without one; that
+  file is deleted after every operation, so no token stays on disk between operations.
+* The CLI's environment is the request's ``env`` over an allow-list of the operator's own
+  variables (``INHERITED_ENV``: locale, time zone, proxies, CA bundles, ``PATH``, ...);
+  nothing else of the operator's (``KUBERNETES_*``, ``KUBECONFIG``, ``PSO_*``, tokens)
+  reaches the CLI or the programs it runs.
+* No config value is ever on a command line. Plain config is written into the stack's
+  settings file (``Pulumi.<stack>.yaml``, see ``_stack_file``); secret config values reach
+  ``pulumi config set --secret`` on stdin.
+* Secrets stay out of argv, logs and the ``Outcome``. ``Outcome.message`` and
   logged CLI output are scrubbed of every secret config value and every env value that
   may be secret (see ``_Scrubber``). Outputs that are secret, or that contain such a
   value (Pulumi loses secretness through some providers), are reported as ``"[secret]"``.
@@ -38,6 +50,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -66,12 +79,42 @@ DEFAULT_INTERRUPT_GRACE = 60.0  # seconds between SIGINT and SIGKILL of the CLI 
 _POLL_SECONDS = 0.2  # how often a running CLI checks the stop event
 _READER_JOIN_SECONDS = 10.0  # a grandchild may hold the pipes open after the CLI exits
 _TAIL_LINES = 20  # of stderr (or stdout) when the engine sent no error diagnostics
-_PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml", "Pulumi.json")  # the SDK's search order
+_PROJECT_FILES = ("Pulumi.json", "Pulumi.yaml", "Pulumi.yml")  # the CLI's search order
 # The SDK reads these after an operation; they are short, read-only and always complete,
 # so a stop that arrives just after a successful update does not turn it into a failure.
 _BOOKKEEPING = frozenset({("stack", "output"), ("stack", "history"), ("stack", "rm")})
+# The operator's own environment variables the CLI (and so every program) inherits: how to
+# find executables, locale and time zone, where temporary files go, CA bundles, proxies
+# (both spellings), and the operator-wide Pulumi settings of ``reconcile.setup``. All
+# others stay in the operator: the Kubernetes service account's ``KUBERNETES_*``,
+# ``KUBECONFIG``, ``PSO_*`` flags, and any credential it was started with. ``HOME`` and
+# ``PULUMI_HOME`` are the Stack's own; the request's ``env`` comes on top of all this.
+INHERITED_ENV = frozenset(
+    {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "TMPDIR",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "PULUMI_PYTHON_CMD",
+        "PULUMI_SKIP_UPDATE_CHECK",
+    }
+)
+INHERITED_ENV_PREFIXES = ("LC_",)  # LC_CTYPE, LC_MESSAGES, ...
 # Env names whose values are locations, not secrets; scrubbing them would garble messages.
 _PLAIN_ENV = frozenset({"PATH", "HOME", "PULUMI_HOME", "PULUMI_PYTHON_CMD"})
+_CREDENTIALS_FILE = "credentials.json"  # in PULUMI_HOME: the CLI's saved logins and tokens
+_PLUGINS_DIR = "plugins"  # in PULUMI_HOME: downloaded and installed plugins
+_YAML_STR, _YAML_MAP, _YAML_NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "null"))
+_NUMBER_STARTS = frozenset("0123456789+-.")  # where YAML 1.2 may see a number
 _REFRESH_DRIFT = "no changes were expected"  # the CLI's --expect-no-changes failure
 # Source problems: a project or stack file the CLI cannot use (while setting up), or a
 # program that does not compile (Python reports it when the language host imports it).
@@ -119,7 +162,9 @@ class UpdateRequest:
     project's (``path`` means ``<project>:path``). A key that is in both ``config`` and
     ``secret_config`` is secret. ``secrets_provider`` is used when the stack is created.
     ``expect_no_refresh_changes`` applies only with ``refresh``. ``targets`` applies to
-    ``up`` and ``preview``.
+    ``up`` and ``preview``. ``pulumi_home`` is the Stack's own ``PULUMI_HOME`` (created on
+    first use; the caller deletes it with the Stack); None uses the runner's shared home,
+    which is safe only for callers that run one tenant's stacks.
     """
 
     work_dir: Path
@@ -134,6 +179,7 @@ class UpdateRequest:
     targets: tuple[str, ...] = ()
     use_local_stack_only: bool = False
     message: str = ""
+    pulumi_home: Path | None = None
 
     def __repr__(self) -> str:
         """Show everything but values that may be secret."""
@@ -144,7 +190,8 @@ class UpdateRequest:
             f"secrets_provider={self.secrets_provider!r}, refresh={self.refresh}, "
             f"expect_no_refresh_changes={self.expect_no_refresh_changes}, "
             f"preview={self.preview}, targets={self.targets!r}, "
-            f"use_local_stack_only={self.use_local_stack_only}, message={self.message!r})"
+            f"use_local_stack_only={self.use_local_stack_only}, message={self.message!r}, "
+            f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r})"
         )
 
 
@@ -207,9 +254,11 @@ class Runner:
     """Runs Pulumi operations for Stacks, one per call; safe to share between threads.
 
     Each call uses its own ``LocalWorkspace`` and CLI processes; the caller must not run
-    two operations on the same stack (or work dir) at once. ``pulumi_command`` is built
-    once at startup (its constructor runs ``pulumi version``); only its ``command`` and
-    ``version`` are used.
+    two operations on the same stack (or work dir, or ``pulumi_home``) at once.
+    ``pulumi_command`` is built once at startup (its constructor runs ``pulumi version``);
+    only its ``command`` and ``version`` are used; its ``command`` should be absolute.
+    ``pulumi_home`` holds the plugin store every Stack's home links to (``plugins``), and
+    is the ``PULUMI_HOME`` of requests without one of their own.
     """
 
     def __init__(
@@ -219,7 +268,7 @@ class Runner:
         *,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
     ) -> None:
-        """Use the CLI of ``pulumi_command`` with ``PULUMI_HOME=pulumi_home``."""
+        """Use the CLI of ``pulumi_command``, sharing plugins in ``pulumi_home``."""
         self.pulumi_command = pulumi_command
         self.pulumi_home = pulumi_home
         self.interrupt_grace = interrupt_grace
@@ -245,6 +294,8 @@ class Runner:
             return attempt.up(stack)
         except _StepFailedError as failure:
             return attempt.failed(failure)
+        finally:
+            _forget_credentials(attempt.home)
 
     def destroy(
         self,
@@ -268,6 +319,8 @@ class Runner:
             return attempt.destroy(stack, remove=remove_stack)
         except _StepFailedError as failure:
             return attempt.failed(failure)
+        finally:
+            _forget_credentials(attempt.home)
 
     def clear_stale_lock(self, request: UpdateRequest) -> bool:
         """Delete the stack's backend lock if a dead update on this host left it.
@@ -317,6 +370,8 @@ class Runner:
                 "Cancelling the stack's update failed", error=attempt.failed(failure).message
             )
             return False
+        finally:
+            _forget_credentials(attempt.home)
         return True
 
     def lock_info(self, request: UpdateRequest, stderr: str = "") -> LockInfo:
@@ -336,9 +391,8 @@ class Runner:
         """The directory of a ``file://`` backend, chosen the way the CLI chooses it."""
         url = (
             request.env.get("PULUMI_BACKEND_URL")
-            or os.environ.get("PULUMI_BACKEND_URL")
             or project.backend_url
-            or _current_login(self.pulumi_home)
+            or _current_login(request.pulumi_home or self.pulumi_home)
         )
         if not url or not url.startswith("file://"):
             return None
@@ -363,6 +417,8 @@ class _StepFailedError(Exception):
 class _Project:
     name: str
     backend_url: str | None
+    path: Path  # the project file
+    stack_config_dir: str  # where stack settings files are, relative to the project file
 
 
 class _Attempt:
@@ -382,11 +438,14 @@ class _Attempt:
         self.started = _now()
         self.scrubber = _Scrubber(request)
         self.command = _InterruptibleCommand(runner.pulumi_command, stop, runner.interrupt_grace)
+        # Absolute: the CLI runs in the work dir, and a relative PULUMI_HOME would move.
+        self.home = (request.pulumi_home or runner.pulumi_home).absolute()
         # The update check phones home on every command; PULUMI_HOME is always ours.
         self.env = {
             "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "HOME": str(self.home),
             **request.env,
-            "PULUMI_HOME": str(runner.pulumi_home),
+            "PULUMI_HOME": str(self.home),
         }
         self.on_progress = on_progress
         self.observer = _StepObserver(None, self._report)
@@ -408,12 +467,15 @@ class _Attempt:
         _ = self.project  # fail early, before any CLI call
         workspace = auto.LocalWorkspace(
             work_dir=str(self.request.work_dir),
-            pulumi_home=str(self.runner.pulumi_home),
+            pulumi_home=str(self.home),
             env_vars=self.env,
             secrets_provider=self.request.secrets_provider,
             pulumi_command=self.command,
         )
         with self._phase("select"):
+            store = self.runner.pulumi_home.absolute()
+            if self.home != store:
+                _make_home(self.home, store / _PLUGINS_DIR)
             if create:
                 return auto.Stack.create_or_select(self.request.stack, workspace)
             return auto.Stack.select(self.request.stack, workspace)
@@ -430,8 +492,12 @@ class _Attempt:
     def configure(self, stack: auto.Stack) -> None:
         """Make the stack's config match the request: set, encrypt, and drop old keys.
 
-        Only keys this runner set before (remembered in a file next to Pulumi.yaml) are
-        removed when the request no longer has them; keys that came with the source stay.
+        Plain values are written into the stack's settings file, secret ones are set
+        through ``pulumi config set --secret`` with the value on stdin: no value is ever
+        on a command line. Only keys this runner set before (remembered in a file next to
+        Pulumi.yaml) are removed when the request no longer has them; keys that came with
+        the source stay, and so does everything else in the file (``secure:`` values, the
+        secrets provider's settings).
         """
         qualify = _qualifier(self.project.name)
         secrets = {qualify(k): v for k, v in self.request.secret_config.items()}
@@ -440,10 +506,8 @@ class _Attempt:
         keys_file = _managed_keys_file(self.request)
         stale = _read_keys(keys_file) - plain.keys() - secrets.keys()
         with self._phase("config"):
-            if stale:
-                stack.remove_all_config(sorted(stale))
-            if plain:
-                stack.set_all_config({k: auto.ConfigValue(v) for k, v in plain.items()})
+            if plain or stale:
+                _update_stack_file(_stack_file(self.project, stack.name), plain, stale)
             for key, value in secrets.items():
                 self._set_secret(stack.name, key, value)
             keys_file.write_text(json.dumps(sorted(plain.keys() | secrets.keys())) + "\n")
@@ -895,14 +959,24 @@ class _InterruptedError(Exception):
     """``stop`` was set before a command could start."""
 
 
+def inherited_env() -> dict[str, str]:
+    """The operator's variables every CLI gets: ``INHERITED_ENV`` and ``LC_*`` ones."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in INHERITED_ENV or name.startswith(INHERITED_ENV_PREFIXES)
+    }
+
+
 class _InterruptibleCommand(auto.PulumiCommand):
     """The SDK's ``PulumiCommand.run``, through our own ``Popen`` so that ``stop`` can stop it.
 
-    Same behaviour as the SDK: ``--non-interactive`` before the subcommand; env is
-    ``os.environ | additional_env | PULUMI_AUTOMATION_API=true``, with the CLI's
-    directory first on PATH; per-line callbacks; ``create_command_error`` on a non-zero
-    exit. In addition:
+    Same behaviour as the SDK: ``--non-interactive`` before the subcommand; per-line
+    callbacks; ``create_command_error`` on a non-zero exit; env is ``additional_env |
+    PULUMI_AUTOMATION_API=true`` over the operator's environment, with the CLI's
+    directory first on PATH. In addition:
 
+    * of the operator's environment, only ``inherited_env()`` (the SDK passes all of it);
     * each CLI leads a new session (and process group) and reads stdin only when given;
     * when ``stop`` is set, the CLI gets SIGINT; if it still runs after ``grace``
       seconds, it and its plugins get SIGKILL (``_kill_tree``). A command does not
@@ -957,7 +1031,7 @@ class _InterruptibleCommand(auto.PulumiCommand):
         return result
 
     def _env(self, additional_env: Mapping[str, str]) -> dict[str, str]:
-        env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
+        env = {**inherited_env(), **additional_env, "PULUMI_AUTOMATION_API": "true"}
         binary = Path(self.command)
         if binary.is_absolute():  # the SDK prefers plugins next to the binary
             env["PATH"] = os.pathsep.join([str(binary.parent), env.get("PATH", "")])
@@ -1166,7 +1240,14 @@ def _load_project(work_dir: Path) -> _Project:
         )
     backend = data.get("backend")
     url = backend.get("url") if isinstance(backend, dict) else None
-    return _Project(name=str(data["name"]), backend_url=str(url) if url else None)
+    # A string ``config`` is the old name of ``stackConfigDir`` (the CLI reads it as such).
+    config_dir = data.get("stackConfigDir") or data.get("config")
+    return _Project(
+        name=str(data["name"]),
+        backend_url=str(url) if url else None,
+        path=path,
+        stack_config_dir=config_dir if isinstance(config_dir, str) else "",
+    )
 
 
 def _qualifier(project: str) -> Callable[[str], str]:
@@ -1190,6 +1271,149 @@ def _read_keys(path: Path) -> set[str]:
     except (OSError, ValueError):
         return set()
     return {k for k in keys if isinstance(k, str)} if isinstance(keys, list) else set()
+
+
+# --- homes and stack settings ---------------------------------------------------------
+
+
+def _make_home(home: Path, plugins: Path) -> None:
+    """Create a Stack's ``PULUMI_HOME`` whose ``plugins`` is a symlink to the shared store.
+
+    The CLI follows the symlink both to install plugins and to find them, so a plugin is
+    downloaded once for all Stacks. A ``plugins`` directory that is not a symlink (made by
+    a CLI before the link existed) is left alone: it works, it is only not shared.
+    """
+    plugins.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    link = home / _PLUGINS_DIR
+    if link.is_symlink():
+        if link.readlink() == plugins:
+            return
+        link.unlink()  # the store moved
+    elif link.exists():
+        return
+    link.symlink_to(plugins, target_is_directory=True)
+
+
+def _forget_credentials(home: Path) -> None:
+    """Delete the logins and access tokens the CLI saved in ``home`` during an operation.
+
+    Every command gets its backend and token from its environment; a saved token would
+    only serve a later command that has none (another tenant's, in a shared home), and
+    any program of any Stack could read it from disk.
+    """
+    try:
+        (home / _CREDENTIALS_FILE).unlink(missing_ok=True)
+    except OSError as err:
+        log.warning("Cannot delete the CLI's saved credentials", error=str(err))
+
+
+def _stack_file(project: _Project, stack: str) -> Path:
+    """The stack's settings file, where the CLI looks for it (3.274, ``DetectProjectStackPath``).
+
+    ``Pulumi.<stack>.<ext>`` in the project's ``stackConfigDir`` (default: next to the
+    project file), with the project file's extension; ``<stack>`` is the last part of
+    ``org/project/stack``.
+    """
+    name = f"Pulumi.{_stack_leaf(stack)}{project.path.suffix}"
+    return project.path.parent / project.stack_config_dir / name
+
+
+def _update_stack_file(path: Path, plain: Mapping[str, str], drop: Iterable[str]) -> None:
+    """Set ``plain`` and remove ``drop`` under ``config`` in a stack settings file.
+
+    Everything else stays: other keys and their values as written, ``secure:`` values,
+    the secrets provider's settings (comments are lost, as when the CLI writes the file).
+    Values stay strings (quoted where YAML would read another type). The file is
+    replaced, never left half-written. A file that is not a settings file (bad YAML or
+    JSON, not a mapping) is ``PROGRAM_INVALID``; a file system error ``SETUP_FAILED``.
+    """
+    merge = _merge_json if path.suffix == ".json" else _merge_yaml
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        updated = merge(text, plain, {*drop, *plain})
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
+        raise _StepFailedError(
+            "config", ErrorKind.PROGRAM_INVALID, f"cannot read {path.name}: {err}"
+        ) from err
+    except OSError as err:
+        raise _StepFailedError(
+            "config", ErrorKind.SETUP_FAILED, f"cannot read {path.name}: {err.strerror}"
+        ) from err
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(updated, encoding="utf-8")
+        partial.replace(path)
+    except OSError as err:
+        raise _StepFailedError(
+            "config", ErrorKind.SETUP_FAILED, f"cannot write {path.name}: {err.strerror}"
+        ) from err
+
+
+def _merge_yaml(text: str, plain: Mapping[str, str], gone: set[str]) -> str:
+    """``text`` with the ``config`` keys in ``gone`` removed and ``plain`` appended.
+
+    Works on the YAML node tree, so that every other value keeps its text and style
+    (loading and dumping would turn ``on`` into ``true`` and ``0777`` into ``511``).
+    """
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None or _is_null(root):
+        root = yaml.MappingNode(_YAML_MAP, [])
+    if not isinstance(root, yaml.MappingNode):
+        raise ValueError("the file is not a mapping")  # noqa: TRY004 - a parse error
+    config = _config_node(root)
+    config.value = [(k, v) for k, v in config.value if _scalar(k) not in gone]
+    config.value += [(yaml.ScalarNode(_YAML_STR, k), _string_node(v)) for k, v in plain.items()]
+    return str(yaml.serialize(root, Dumper=yaml.SafeDumper, allow_unicode=True, width=sys.maxsize))
+
+
+def _config_node(root: yaml.MappingNode) -> yaml.MappingNode:
+    """The ``config`` mapping of a settings file's root, added if missing or empty."""
+    for index, (key, value) in enumerate(root.value):
+        if _scalar(key) != "config":
+            continue
+        if isinstance(value, yaml.MappingNode):
+            return value
+        if not _is_null(value):
+            raise ValueError("config is not a mapping")
+        config = yaml.MappingNode(_YAML_MAP, [])
+        root.value[index] = (key, config)
+        return config
+    config = yaml.MappingNode(_YAML_MAP, [])
+    root.value.append((yaml.ScalarNode(_YAML_STR, "config"), config))
+    return config
+
+
+def _scalar(node: yaml.Node) -> str | None:
+    return node.value if isinstance(node, yaml.ScalarNode) else None
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _YAML_NULL
+
+
+def _string_node(value: str) -> yaml.ScalarNode:
+    """A string scalar that every YAML reader reads as this string.
+
+    PyYAML quotes what YAML 1.1 reads as another type (``0``, ``on``, ``null``, ``''``).
+    The CLI's YAML 1.2 reader also takes ``0o17`` and ``1e3`` for numbers, which 1.1 does
+    not: every value that starts like a number is double-quoted.
+    """
+    style = '"' if value[:1] in _NUMBER_STARTS else None
+    return yaml.ScalarNode(_YAML_STR, value, style=style)
+
+
+def _merge_json(text: str, plain: Mapping[str, str], gone: set[str]) -> str:
+    """A ``Pulumi.<stack>.json`` with the keys in ``gone`` removed and ``plain`` added."""
+    data = json.loads(text) if text.strip() else {}
+    if not isinstance(data, dict):
+        raise ValueError("the file is not an object")  # noqa: TRY004 - a parse error
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("config is not an object")  # noqa: TRY004 - a parse error
+    kept = {k: v for k, v in config.items() if k not in gone}
+    return json.dumps({**data, "config": {**kept, **plain}}, indent=4, ensure_ascii=False) + "\n"
 
 
 # --- locks -------------------------------------------------------------------------------

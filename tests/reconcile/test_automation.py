@@ -8,6 +8,7 @@ sees out-of-band edits.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import pytest
+import yaml
 from pulumi import automation as auto
 
 from reconcile.automation import (
@@ -32,10 +34,13 @@ from reconcile.automation import (
     Progress,
     Runner,
     UpdateRequest,
+    _Attempt,
     _EventLog,
     _kill_tree,
     _output,
+    _StepFailedError,
     _StepObserver,
+    _update_stack_file,
 )
 from tests.conftest import PROGRAMS
 from tests.testbed.pulumi_env import PulumiEnv
@@ -43,6 +48,7 @@ from tests.testbed.pulumi_env import PulumiEnv
 pytestmark = pytest.mark.pulumi
 
 STACK = "dev"
+NO_STOP = (threading.Event(), lambda _progress: None)  # stop, on_progress of an _Attempt
 # Random per run, so that finding one anywhere means it leaked.
 SECRET_VALUE = f"s3cret-{uuid.uuid4().hex}"
 TOKEN_VALUE = f"tok-{uuid.uuid4().hex}"
@@ -459,6 +465,189 @@ def test_config_removed_from_the_request_is_removed_from_the_stack(
     assert "files:fromsource: kept" in text
 
 
+def echo_request(
+    pulumi_env: PulumiEnv, work_dir: Path, config: dict[str, str], **fields: Any
+) -> UpdateRequest:
+    """A request for the ``echo`` program in ``work_dir`` reporting every key of ``config``."""
+    keys = ",".join(k for k in config if k != "keys")
+    return UpdateRequest(
+        work_dir=work_dir,
+        stack=fields.pop("stack", STACK),
+        env={**pulumi_env.env, **fields.pop("env", {})},
+        config={**config, "keys": keys},
+        **fields,
+    )
+
+
+@pytest.fixture
+def echo(tmp_path: Path) -> Path:
+    """A private copy of the ``echo`` program (it reports the config it sees)."""
+    work_dir = tmp_path / "echo"
+    shutil.copytree(PROGRAMS / "echo", work_dir)
+    return work_dir
+
+
+def digest(value: str) -> str:
+    """How ``echo`` reports a value longer than 1000 characters."""
+    return f"sha256:{hashlib.sha256(value.encode()).hexdigest()} len:{len(value)}"
+
+
+def test_a_200_kb_config_value_is_set_without_a_command_line(
+    runner: Runner, pulumi_env: PulumiEnv, echo: Path, argv_spy: ArgvSpy
+) -> None:
+    """Plain config goes into the stack's settings file: no size limit, never in ``ps``.
+
+    (As an argument, 200 kB fails: "argument list too long".) The CLI reads it back whole.
+    It cannot reach a program, though: the language host passes all config in one
+    environment variable, and Linux limits one to 128 KiB (see the next test).
+    """
+    big = f"{SECRET_VALUE}-big-" + "x" * 200_000
+    attempt = _Attempt(runner, echo_request(pulumi_env, echo, {"big": big}), "up", *NO_STOP)
+
+    stack = attempt.open_stack(create=True)
+    attempt.configure(stack)
+
+    assert stack.get_config("big").value == big  # `pulumi config get`, on stdout
+    assert not [argv for argv in argv_spy.argvs if any(SECRET_VALUE in a for a in argv)]
+    assert argv_spy.proc_hits == []
+
+
+def test_config_values_reach_the_program_and_never_a_command_line(
+    runner: Runner, pulumi_env: PulumiEnv, echo: Path, argv_spy: ArgvSpy
+) -> None:
+    """Three plain values (one of 100 kB) reach the program; no process's argv held one."""
+    big = f"{SECRET_VALUE}-big-" + "x" * 100_000
+    config = {"big": big, "region": f"{SECRET_VALUE}-region", "size": f"{SECRET_VALUE}-size"}
+
+    outcome = run(runner, echo_request(pulumi_env, echo, config))
+
+    assert succeeded(outcome)
+    assert outcome.outputs["config"] == {
+        "big": digest(big),
+        "region": config["region"],
+        "size": config["size"],
+    }
+    assert subcommands(argv_spy.argvs) == [("stack", "select"), ("stack", "init"), ("up",)]
+    assert not [argv for argv in argv_spy.argvs if any(SECRET_VALUE in a for a in argv)]
+    assert argv_spy.proc_hits == []  # no process's cmdline held one, CLI children included
+
+
+def test_config_over_the_environment_limit_fails_the_program_not_the_setup(
+    runner: Runner, pulumi_env: PulumiEnv, echo: Path
+) -> None:
+    """Python programs get all config in ``PULUMI_CONFIG``, at most 128 KiB on Linux.
+
+    Beyond that the language host cannot start the program; the outcome says why.
+    """
+    outcome = run(runner, echo_request(pulumi_env, echo, {"big": "x" * 200_000}))
+
+    assert outcome.error is ErrorKind.UPDATE_FAILED
+    assert "argument list too long" in outcome.message
+
+
+TRICKY_VALUES = {
+    "zero": "0",
+    "octal": "0777",
+    "octal12": "0o17",
+    "exp": "1e3",
+    "negative": "-1",
+    "inf": ".inf",
+    "on": "on",
+    "true": "true",
+    "null": "null",
+    "tilde": "~",
+    "empty": "",
+    "colon": "a: b",
+    "comment": "#not a comment",
+    "quotes": 'it\'s "quoted"',
+    "lines": "line 1\n  line 2\n",
+    "padded": "  padded  ",
+    "unicode": "üñï ☃",
+    "json": '{"a": [1, 2]}',
+}
+
+
+def test_plain_config_values_stay_strings_through_the_cli_rewriting_the_file(
+    runner: Runner, pulumi_env: PulumiEnv, echo: Path
+) -> None:
+    """Values YAML would read as numbers, booleans or null reach the program as written.
+
+    The second run sets a secret too: ``config set --secret`` rewrites the settings file
+    with the CLI's own YAML writer, which must read back what the runner wrote.
+    """
+    first = run(runner, echo_request(pulumi_env, echo, TRICKY_VALUES))
+    secret = {"pw": SECRET_VALUE}
+    second = run(runner, echo_request(pulumi_env, echo, TRICKY_VALUES, secret_config=secret))
+
+    assert succeeded(first)
+    assert first.outputs["config"] == TRICKY_VALUES
+    assert succeeded(second)
+    assert second.outputs["config"] == TRICKY_VALUES
+    assert "secure:" in (echo / f"Pulumi.{STACK}.yaml").read_text()  # the CLI wrote it last
+
+
+def test_config_goes_where_the_cli_reads_it_for_qualified_names_and_stack_config_dir(
+    runner: Runner, pulumi_env: PulumiEnv, echo: Path
+) -> None:
+    """``org/project/stack`` uses ``Pulumi.<stack>.yaml``, in ``stackConfigDir`` if set."""
+    project = echo / "Pulumi.yaml"
+    project.write_text(project.read_text() + "stackConfigDir: stacks\n")
+
+    outcome = run(
+        runner, echo_request(pulumi_env, echo, {"color": "blue"}, stack="organization/echo/dev")
+    )
+
+    assert succeeded(outcome)
+    assert outcome.outputs["config"] == {"color": "blue"}
+    assert "echo:color: blue" in (echo / "stacks" / "Pulumi.dev.yaml").read_text()
+    assert not (echo / "Pulumi.dev.yaml").exists()
+
+
+SOURCE_STACK_FILE = """\
+secretsprovider: passphrase
+encryptionsalt: v1:c2FsdA==:v1:abc
+config:
+  files:fromsource: on
+  files:mode: 0777
+  files:token:
+    secure: v1:AAAA:BBBB
+  files:managed: old
+  files:gone: away
+"""
+
+
+def test_the_settings_file_keeps_what_the_runner_does_not_manage(tmp_path: Path) -> None:
+    """Only managed keys change; other keys, ``secure:`` values and settings keep their text."""
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(SOURCE_STACK_FILE)
+
+    _update_stack_file(path, {"files:managed": "new", "files:n": "0"}, {"files:gone"})
+
+    text = path.read_text()
+    for line in SOURCE_STACK_FILE.splitlines():
+        if "managed" not in line and "gone" not in line:
+            assert line in text.splitlines()
+    assert "files:gone" not in text
+    config = yaml.safe_load(text)["config"]
+    assert (config["files:managed"], config["files:n"]) == ("new", "0")
+    assert config["files:token"] == {"secure": "v1:AAAA:BBBB"}
+    assert [p.name for p in tmp_path.iterdir()] == ["Pulumi.dev.yaml"]
+
+
+@pytest.mark.parametrize("content", ["config: [1, 2]\n", "config: {a: b\n", "- a list\n"])
+def test_a_settings_file_that_is_not_one_is_program_invalid(tmp_path: Path, content: str) -> None:
+    """A stack settings file from the source that cannot be read needs a source change."""
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(content)
+
+    with pytest.raises(_StepFailedError) as failed:
+        _update_stack_file(path, {"files:a": "b"}, set())
+
+    assert failed.value.kind is ErrorKind.PROGRAM_INVALID
+    assert "Pulumi.dev.yaml" in failed.value.detail
+    assert path.read_text() == content
+
+
 def subcommands(argvs: list[list[str]]) -> list[tuple[str, ...]]:
     """The pulumi subcommand of each recorded argv: ``("up",)``, ``("config", "set-all")``."""
     found: list[tuple[str, ...]] = []
@@ -483,8 +672,7 @@ def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
     assert subcommands(argv_spy.argvs) == [
         ("stack", "select"),
         ("stack", "init"),
-        ("config", "set-all"),
-        ("config", "set"),
+        ("config", "set"),  # the secret; plain config is written into Pulumi.dev.yaml
         ("up",),
     ]
     argv_spy.argvs.clear()
@@ -494,7 +682,6 @@ def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
     assert succeeded(outcome)
     assert subcommands(argv_spy.argvs) == [
         ("stack", "select"),
-        ("config", "set-all"),
         ("config", "set"),
         ("up",),
     ]
