@@ -12,8 +12,8 @@ A run is due, in this order, when:
 6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
    ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
    the failure was one that needs a change (the run left the Stack Stalled with
-   ``ProgramInvalid`` or ``StackNotFound``), in which case nothing runs until one of 2-4
-   happens;
+   ``ProgramInvalid``, ``StackNotFound`` or ``InvalidSpec``), in which case nothing runs
+   until one of 2-4 happens;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
 Otherwise nothing is due and the answer says when to look again (the next branch poll or
@@ -32,7 +32,14 @@ from status.conditions import STALLED, Reason, get_condition
 
 NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
 # Run failures that no retry can mend: the program or the stack must change first.
-NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND})
+NEEDS_A_CHANGE = frozenset(
+    {
+        Reason.PROGRAM_INVALID,
+        Reason.STACK_NOT_FOUND,
+        # a run that could not start: spec.repoDir names no directory inside the commit
+        Reason.INVALID_SPEC,
+    }
+)
 RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
 FRESH_REASONS = frozenset({NEW_GENERATION, REQUESTED, NEW_COMMIT})
 

@@ -39,16 +39,27 @@ from kubernetes import client
 from controller.cache import ObjectKey, Store
 from controller.reconciler import Result, TransientError
 from controller.retry import with_retries
+from reconcile import backend as backends
 from reconcile import decide as decisions
+from reconcile.acknowledge import acknowledgment
 from reconcile.automation import ErrorKind, Outcome, Progress, Runner, UpdateRequest
+from reconcile.budget import capped_outputs
+from reconcile.deadline import RunStop
 from reconcile.refs import MissingSecretError, SecretReader
-from reconcile.source import GitCredentials, SourceError, checkout, resolve_revision
-from reconcile.spec import SpecError, StackSpec, parse_spec
+from reconcile.source import (
+    GitCredentials,
+    ProgramDirError,
+    SourceError,
+    checkout,
+    program_dir,
+    resolve_revision,
+)
+from reconcile.spec import SpecError, StackSpec, check_stack_for_backend, parse_spec
 from status import conditions as cond
 from status.conditions import Reason
 from status.events import NORMAL, WARNING, EventRecorder
 from status.metrics import StackMetrics
-from status.writer import StatusWriter
+from status.writer import StatusTooLargeError, StatusWriter
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +79,7 @@ EVENTS: Mapping[str, str] = {
             Reason.PREVIEW_FAILED,
             Reason.REFRESH_DRIFT,
             Reason.INTERRUPTED,
+            Reason.UPDATE_TIMED_OUT,
             Reason.INVALID_SPEC,
             Reason.SECRET_NOT_FOUND,
             Reason.SOURCE_UNAVAILABLE,
@@ -88,7 +100,8 @@ class Settings:
     """Operator-wide settings of the reconciler."""
 
     work_root: Path  # per-Stack source checkouts live under <work_root>/<namespace>/<name>
-    default_backend: str | None = None  # used when spec.backend is empty
+    default_backend: str | None = None  # root of the per-namespace backends (reconcile.backend)
+    run_timeout: float = 7200.0  # seconds a run may take, unless spec.timeoutSeconds says
     policy: decisions.Policy = dataclasses.field(default_factory=decisions.Policy)
     wait_poll: float = 30.0  # seconds between checks for a Secret, prerequisite or lock
     identity: str = ""  # this operator instance (host_pid), recorded in status.currentUpdate
@@ -150,15 +163,22 @@ class StackReconciler:
             return Result()
         if obj["metadata"].get("deletionTimestamp"):
             return self._finalize(key, obj, stop)
-        if FINALIZER not in (obj["metadata"].get("finalizers") or ()):
-            # Go on in the same pass, so the first status (G1) follows at once; the writer
-            # re-reads the object when our finalizer patch made its copy stale.
-            self._add_finalizer(key, obj)
         generation = int(obj["metadata"].get("generation") or 0)
+        if FINALIZER not in (obj["metadata"].get("finalizers") or ()):
+            # The status comes first, so that no version of a new Stack reads as Current;
+            # then the finalizer, and the same pass goes on. The writer re-reads the
+            # object when our finalizer patch made its copy stale.
+            if self._writer.update(key, acknowledgment(generation, self._clock())):
+                obj = self._writer.current(key) or obj
+            self._add_finalizer(key, obj)
         try:
             spec = parse_spec(obj.get("spec") or {}, key.namespace)
         except SpecError as err:
             self._stall(key, obj, generation, Reason.INVALID_SPEC, str(err))
+            return Result()
+        problem = check_stack_for_backend(spec.stack, self._backend(key, spec))
+        if problem is not None:
+            self._stall(key, obj, generation, Reason.INVALID_SPEC, problem)
             return Result()
         if spec.suspend:
             message = "Suspended: no Pulumi runs while spec.suspend is true"
@@ -191,7 +211,7 @@ class StackReconciler:
             commit = self._resolve_commit(spec, credentials)
         except MissingSecretError as err:
             self._stall(key, obj, generation, Reason.SECRET_NOT_FOUND, str(err))
-            return Result(requeue_after=self._settings.wait_poll)
+            return Result(requeue_after=self._secret_poll(key))
         except SourceError as err:
             return self._source_failed(key, obj, generation, err)
         status = obj.get("status") or {}
@@ -202,21 +222,22 @@ class StackReconciler:
             self._exhausted(key, obj, generation, status)
         if not decision.due:
             return Result(requeue_after=decision.requeue_after)
-        return self._run(key, obj, spec, observed, decision, secrets, credentials, stop)
+        # Everything a run needs from the API is resolved before it is reported started:
+        # a missing Secret stalls the Stack once, instead of flapping with each write.
+        try:
+            inputs = self._inputs(key, spec, secrets)
+        except MissingSecretError as err:
+            self._stall(key, obj, generation, Reason.SECRET_NOT_FOUND, str(err))
+            return Result(requeue_after=self._secret_poll(key))
+        run = _Run(spec, observed, decision, inputs, credentials)
+        return self._run(key, obj, run, stop)
 
-    def _run(  # noqa: PLR0913 - one run's inputs
-        self,
-        key: ObjectKey,
-        obj: Mapping[str, Any],
-        spec: StackSpec,
-        observed: decisions.Observed,
-        decision: decisions.Decision,
-        secrets: SecretReader,
-        credentials: GitCredentials | None,
-        stop: threading.Event,
+    def _run(
+        self, key: ObjectKey, obj: Mapping[str, Any], run: _Run, stop: threading.Event
     ) -> Result:
+        spec, observed = run.spec, run.observed
         operation = "preview" if spec.preview else "up"
-        log.info("Run due", why=decision.why, operation=operation, commit=observed.commit)
+        log.info("Run due", why=run.decision.why, operation=operation, commit=observed.commit)
         orphaned = self._orphaned(observed.status)
         if orphaned and (wait := self._takeover_wait()) > 0:
             log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
@@ -224,20 +245,25 @@ class StackReconciler:
         started = self._clock()
         self._report_start(key, obj, observed, operation, started)
         try:
-            request = self._request(key, spec, observed, secrets, credentials)
-        except MissingSecretError as err:
-            self._stall(
-                key, obj, observed.generation, Reason.SECRET_NOT_FOUND, str(err), clear=True
-            )
-            return Result(requeue_after=self._settings.wait_poll)
+            request = self._request(key, run)
         except SourceError as err:
-            return self._source_failed(key, obj, observed.generation, err, running=True)
+            if err.transient:
+                return self._source_failed(key, obj, observed.generation, err, running=True)
+            return self._stall_run(key, obj, run, _source_reason(err), str(err))
+        except ProgramDirError as err:
+            return self._stall_run(key, obj, run, Reason.INVALID_SPEC, str(err))
         progress = _ProgressReporter(self._writer, key, observed.generation, operation)
-        try:
-            outcome = self._operate(self._runner.run, request, progress, stop, orphaned=orphaned)
-        finally:
-            progress.close()
-        return self._report_outcome(key, obj, spec, observed, decision, outcome)
+        timeout = float(spec.timeout_seconds or self._settings.run_timeout)
+        with RunStop(stop, timeout) as run_stop:
+            try:
+                outcome = self._operate(
+                    self._runner.run, request, progress, run_stop.event, orphaned=orphaned
+                )
+            finally:
+                progress.close()
+        if run_stop.timed_out:
+            outcome = _timed_out(outcome, timeout)
+        return self._report_outcome(key, obj, run, outcome)
 
     def _operate(
         self,
@@ -293,38 +319,48 @@ class StackReconciler:
             return True
         return False
 
-    def _request(
-        self,
-        key: ObjectKey,
-        spec: StackSpec,
-        observed: decisions.Observed,
-        secrets: SecretReader,
-        credentials: GitCredentials | None,
-    ) -> UpdateRequest:
+    def _backend(self, key: ObjectKey, spec: StackSpec) -> str | None:
+        """The Stack's backend: its own, else the operator's default scoped to its namespace."""
+        if spec.backend:
+            return spec.backend
+        default = self._settings.default_backend
+        return backends.namespaced(default, key.namespace) if default else None
+
+    def _inputs(self, key: ObjectKey, spec: StackSpec, secrets: SecretReader) -> _Inputs:
+        """Resolve the Secrets a run needs (``MissingSecretError`` when one is missing)."""
         env = secrets.resolve_all(spec.env_refs)
-        backend = spec.backend or self._settings.default_backend
+        backend = self._backend(key, spec)
         if backend:
             env["PULUMI_BACKEND_URL"] = backend
-        secret_config = secrets.resolve_all(spec.secrets_ref)
-        source = self._settings.work_root / key.namespace / key.name / "source"
+        return _Inputs(env, secrets.resolve_all(spec.secrets_ref), backend)
+
+    def _request(self, key: ObjectKey, run: _Run) -> UpdateRequest:
+        """Check the source out and build the runner's request.
+
+        Raises:
+            SourceError: the checkout failed.
+            ProgramDirError: ``spec.repoDir`` is missing or leaves the checkout.
+        """
+        spec, observed = run.spec, run.observed
+        stack_dir = self._settings.work_root / key.namespace / key.name
+        source = stack_dir / "source"
         source.parent.mkdir(parents=True, exist_ok=True)
         checkout(
-            str(spec.project_repo),
-            source,
-            commit=observed.commit,
-            credentials=credentials,
+            str(spec.project_repo), source, commit=observed.commit, credentials=run.credentials
         )
-        work_dir = source / spec.repo_dir if spec.repo_dir else source
+        local = backends.local_directory(run.inputs.backend or "")
+        if local is not None:
+            local.mkdir(parents=True, exist_ok=True)
         message = (
             f"pulumi-stack-operator: {key} generation {observed.generation} "
             f"commit {observed.commit[:12]}"
         )
         return UpdateRequest(
-            work_dir=work_dir,
+            work_dir=program_dir(source, spec.repo_dir),
             stack=spec.stack,
-            env=env,
+            env=run.inputs.env,
             config=dict(spec.config),
-            secret_config=secret_config,
+            secret_config=run.inputs.secret_config,
             secrets_provider=spec.secrets_provider,
             refresh=spec.refresh,
             expect_no_refresh_changes=spec.expect_no_refresh_changes,
@@ -332,19 +368,15 @@ class StackReconciler:
             targets=spec.targets,
             use_local_stack_only=spec.use_local_stack_only,
             message=message,
+            pulumi_home=stack_dir / "home",
         )
 
     # -- outcomes -------------------------------------------------------------------
 
-    def _report_outcome(  # noqa: PLR0913 - one run's facts
-        self,
-        key: ObjectKey,
-        obj: Mapping[str, Any],
-        spec: StackSpec,
-        observed: decisions.Observed,
-        decision: decisions.Decision,
-        outcome: Outcome,
+    def _report_outcome(
+        self, key: ObjectKey, obj: Mapping[str, Any], run: _Run, outcome: Outcome
     ) -> Result:
+        spec, observed, decision = run.spec, run.observed, run.decision
         generation, ended = observed.generation, self._clock()
         previous = (observed.status.get("lastUpdate") or {}).get("failures") or 0
         failures = 0 if outcome.succeeded else (1 if decision.fresh else int(previous) + 1)
@@ -359,14 +391,29 @@ class StackReconciler:
             new["lastUpdate"] = last
             new["history"] = _history(status, outcome, observed)
             if outcome.succeeded and outcome.operation == "up":
-                new["outputs"] = dict(outcome.outputs)
+                new["outputs"] = capped_outputs(outcome.outputs)
             observed.requests.mark_handled(new)
             return self._conditions_for(new, spec, generation, outcome, failures, ended)
 
         before = cond.get_condition(observed.status, cond.READY)
-        self._writer.update(key, apply)
+        self._conclude(key, apply)
         self._post_outcome(obj, before, outcome, failures)
         return self._next(spec, outcome, failures)
+
+    def _conclude(
+        self, key: ObjectKey, apply: Callable[[Mapping[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Write a run's conclusion; if the apiserver refuses it as too large, a minimal one.
+
+        The minimal conclusion keeps the conditions, ``lastUpdate`` and the handled
+        requests, and drops outputs and history (a note in ``lastUpdate.message`` says
+        so): the run is concluded either way, so it is never repeated because of its size.
+        """
+        try:
+            self._writer.update(key, apply)
+        except StatusTooLargeError:
+            log.warning("The status was too large for the apiserver; writing a minimal one")
+            self._writer.update(key, lambda status: _minimal(apply(status)))
 
     def _conditions_for(  # noqa: PLR0913 - the facts a condition is computed from
         self,
@@ -486,7 +533,9 @@ class StackReconciler:
         message: str,
         *,
         clear: bool = False,
+        also: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        """Write Stalled (``clear``: also end the run in flight; ``also``: more fields)."""
         before = cond.get_condition(obj.get("status") or {}, cond.STALLED)
 
         requests = decisions.Requests.of(obj)
@@ -497,7 +546,7 @@ class StackReconciler:
             if clear:
                 new.pop("currentUpdate", None)
                 new.pop("progress", None)
-            return new
+            return also(new) if also is not None else new
 
         if self._writer.update(key, apply) and (before is None or before.get("reason") != reason):
             self._event(obj, reason, message)
@@ -535,7 +584,10 @@ class StackReconciler:
     ) -> Result:
         """Report a source failure; ``running``: a run was announced and must be concluded."""
         if err.transient:
-            if running:  # never leave "Running pulumi up" behind (G15)
+            if running or not _ready_for(obj, generation):
+                # Say why nothing runs (never leave "Running pulumi up" behind, either); a
+                # Stack Ready for its generation keeps that status: what is deployed did
+                # not change because a poll of its branch failed.
                 retry = "The source is unreachable; retrying with backoff"
 
                 def apply(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -554,13 +606,41 @@ class StackReconciler:
                 self._writer.update(key, apply)
             msg = f"source unavailable: {err}"
             raise TransientError(msg) from err
-        reason = (
-            Reason.AUTHENTICATION_FAILED
-            if err.reason == "AuthenticationFailed"
-            else Reason.SOURCE_UNAVAILABLE
-        )
-        self._stall(key, obj, generation, reason, str(err), clear=running)
+        self._stall(key, obj, generation, _source_reason(err), str(err))
         return Result(requeue_after=self._settings.wait_poll)
+
+    def _stall_run(
+        self, key: ObjectKey, obj: Mapping[str, Any], run: _Run, reason: Reason, message: str
+    ) -> Result:
+        """Conclude an announced run that could not start: Stalled, and recorded as failed.
+
+        ``lastUpdate`` records the attempt (generation, commit, failures), so no run is
+        announced again with every write: an ``InvalidSpec`` waits for a change of the
+        Stack, its commit or a reconcile request (``decide.NEEDS_A_CHANGE``); a source
+        that cannot be fetched is retried with the failures' backoff, up to the cap.
+        """
+        observed, now = run.observed, self._clock()
+        previous = observed.status.get("lastUpdate") or {}
+        failures = 1 if run.decision.fresh else int(previous.get("failures") or 0) + 1
+        last = {
+            **previous,
+            "state": "failed",
+            "type": "preview" if run.spec.preview else "up",
+            "generation": observed.generation,
+            "lastAttemptedCommit": observed.commit,
+            "shortCommit": observed.commit[:7],
+            "lastResyncTime": cond.now_rfc3339(now),
+            "message": message,
+            "failures": failures,
+        }
+
+        def record(status: Mapping[str, Any]) -> dict[str, Any]:
+            new = dict(status)
+            new["lastUpdate"] = last
+            return new
+
+        self._stall(key, obj, observed.generation, reason, message, clear=True, also=record)
+        return Result()
 
     def _post_outcome(
         self,
@@ -610,6 +690,19 @@ class StackReconciler:
         if spec.commit:
             return spec.commit
         return resolve_revision(str(spec.project_repo), str(spec.branch), credentials)
+
+    def _secret_poll(self, key: ObjectKey) -> float:
+        """Seconds until the next look for a missing Secret.
+
+        Secrets are not watched (a watch needs list on every Secret of the namespace, the
+        power to read them all); instead the look is repeated soon after the Stack stalls
+        and then less often: as long as it has been stalled, from 1 s to ``wait_poll``.
+        """
+        obj = self._writer.current(key) or {}
+        stalled = cond.get_condition(obj.get("status") or {}, cond.STALLED) or {}
+        since = decisions.parse_time(stalled.get("lastTransitionTime"))
+        elapsed = (self._clock() - since).total_seconds() if since else 0.0
+        return min(self._settings.wait_poll, max(1.0, elapsed))
 
     def _unready_prerequisite(self, key: ObjectKey, spec: StackSpec) -> str | None:
         for prerequisite in spec.prerequisites:
@@ -695,10 +788,16 @@ class StackReconciler:
             observed = decisions.Observed(
                 generation, obj.get("status") or {}, decisions.Requests(), commit, self._clock()
             )
-            request = self._request(key, spec, observed, secrets, credentials)
-        except (MissingSecretError, SourceError) as err:
+            inputs = self._inputs(key, spec, secrets)
+            run = _Run(spec, observed, decisions.Decision(why="delete"), inputs, credentials)
+            request = self._request(key, run)
+        except (MissingSecretError, SourceError, ProgramDirError) as err:
             return self._deletion_blocked(key, obj, generation, f"cannot prepare destroy: {err}")
-        outcome = self._operate(self._runner.destroy, request, lambda _p: None, stop)
+        timeout = float(spec.timeout_seconds or self._settings.run_timeout)
+        with RunStop(stop, timeout) as run_stop:
+            outcome = self._operate(self._runner.destroy, request, lambda _p: None, run_stop.event)
+        if run_stop.timed_out:
+            outcome = _timed_out(outcome, timeout)
         if not outcome.succeeded:
             return self._deletion_blocked(
                 key, obj, generation, f"destroy failed: {outcome.message}"
@@ -724,10 +823,75 @@ class StackReconciler:
         raise TransientError(why)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """What a run reads from the API before it is reported started (may hold secrets)."""
+
+    env: dict[str, str] = dataclasses.field(repr=False)
+    secret_config: dict[str, str] = dataclasses.field(repr=False)
+    backend: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """One due run's facts, from the decision to the outcome."""
+
+    spec: StackSpec
+    observed: decisions.Observed
+    decision: decisions.Decision
+    inputs: _Inputs
+    credentials: GitCredentials | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _TimedOut(Outcome):
+    """An operation interrupted because it ran past its deadline."""
+
+
+def _timed_out(outcome: Outcome, timeout: float) -> Outcome:
+    """``outcome`` of a run stopped at its deadline, as a failure saying so."""
+    if outcome.succeeded:  # it finished just as the deadline passed
+        return outcome
+    fields = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
+    fields.update(
+        error=ErrorKind.UPDATE_FAILED,
+        message=(
+            f"pulumi {outcome.operation} ran longer than its deadline of {timeout:.0f}s "
+            "(spec.timeoutSeconds, else the operator's --run-timeout) and was interrupted"
+        ),
+    )
+    return _TimedOut(**fields)
+
+
+def _minimal(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without what can make it large: outputs, history, progress."""
+    status = dict(status)
+    dropped = [field for field in ("outputs", "history") if status.pop(field, None)]
+    status.pop("progress", None)
+    last = dict(status.get("lastUpdate") or {})
+    note = f"{', '.join(dropped) or 'nothing'} omitted: the status was too large to store"
+    last["message"] = f"{last.get('message', '')} ({note})".strip()
+    status["lastUpdate"] = last
+    return status
+
+
+def _ready_for(obj: Mapping[str, Any], generation: int) -> bool:
+    """Whether the Stack's status says its ``generation`` is applied (Ready=True)."""
+    status = obj.get("status") or {}
+    ready = cond.get_condition(status, cond.READY) or {}
+    return ready.get("status") == "True" and status.get("observedGeneration") == generation
+
+
 _STALLING = {
     ErrorKind.STACK_NOT_FOUND: Reason.STACK_NOT_FOUND,
     ErrorKind.PROGRAM_INVALID: Reason.PROGRAM_INVALID,
 }
+
+
+def _source_reason(err: SourceError) -> Reason:
+    if err.reason == "AuthenticationFailed":
+        return Reason.AUTHENTICATION_FAILED
+    return Reason.SOURCE_UNAVAILABLE
 
 
 def _update_result(outcome: Outcome) -> str:
@@ -741,6 +905,8 @@ def _update_result(outcome: Outcome) -> str:
 
 
 def _failure_reason(outcome: Outcome) -> Reason:
+    if isinstance(outcome, _TimedOut):
+        return Reason.UPDATE_TIMED_OUT
     if outcome.error is ErrorKind.REFRESH_CHANGES:
         return Reason.REFRESH_DRIFT
     if outcome.operation == "preview":

@@ -47,6 +47,7 @@ class Reason(enum.StrEnum):
     UPDATE_CONFLICT = "UpdateConflict"
     DEPENDENCY_NOT_READY = "DependencyNotReady"
     INTERRUPTED = "Interrupted"
+    UPDATE_TIMED_OUT = "UpdateTimedOut"
     INVALID_SPEC = "InvalidSpec"
     SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a password
     SOURCE_UNAVAILABLE = "SourceUnavailable"

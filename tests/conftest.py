@@ -7,6 +7,7 @@ the tail of every test-bed process log is attached to its report.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -72,14 +73,21 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
         api.close()
 
 
-@pytest.fixture
-def namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace for one test (deleted afterwards; it never finishes terminating)."""
+@contextlib.contextmanager
+def fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """Create a namespace with a random name; delete it on exit (it never finishes)."""
     name = f"test-{secrets.token_hex(4)}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test (deleted afterwards; it never finishes terminating)."""
+    with fresh_namespace(api_client) as name:
+        yield name
 
 
 @pytest.fixture

@@ -1,0 +1,137 @@
+"""Acknowledge a new generation at once, without waiting for a reconcile worker.
+
+A reconcile worker may be busy for minutes in a Pulumi run; meanwhile a new Stack, or a
+changed one, would show no sign of having been seen, and kstatus reads a status-less
+custom resource as Current. The ``Acknowledger`` is an informer event handler with one
+thread of its own: for every Stack whose ``metadata.generation`` is ahead of its
+``status.observedGeneration`` it writes one status — ``Reconciling=True``/``Ready=Unknown``
+(``Progressing``) with the new ``observedGeneration`` — and nothing else: no Pulumi, no
+Events. The reconcile worker's own writes follow when it gets to the Stack.
+
+It never acknowledges a Stack that is being deleted, nor one with a run in flight
+(``status.currentUpdate``): a spec change made during a run waits for the run to end, and
+its status keeps telling the run's truth meanwhile. ``observedGeneration`` only moves
+forward: the mutation does nothing when the status has already seen the generation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from controller.cache import Object, ObjectKey
+from controller.informer import DeletedFinalStateUnknown
+from status import conditions as cond
+from status.writer import Mutation, StatusWriter
+
+log = structlog.get_logger(__name__)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def acknowledgment(generation: int, now: datetime.datetime) -> Mutation:
+    """A status mutation recording ``generation`` as seen.
+
+    A no-op once the status has seen it, or while a run is in flight.
+    """
+    message = f"Reconciling generation {generation}"
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        seen = int(status.get("observedGeneration") or 0) >= generation
+        if seen or status.get("currentUpdate"):
+            return dict(status)
+        return cond.progressing(status, generation, message, now)
+
+    return apply
+
+
+def pending_generation(obj: Mapping[str, Any]) -> int | None:
+    """The generation to acknowledge for ``obj``, or None when there is nothing to do."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    generation = int(metadata.get("generation") or 0)
+    if metadata.get("deletionTimestamp") or status.get("currentUpdate"):
+        return None
+    return generation if int(status.get("observedGeneration") or 0) < generation else None
+
+
+class Acknowledger:
+    """An informer event handler writing acknowledgments on its own thread."""
+
+    def __init__(
+        self,
+        writer: StatusWriter,
+        *,
+        active: Callable[[], bool],
+        clock: Callable[[], datetime.datetime] = _now,
+    ) -> None:
+        """Write through ``writer``, only while ``active()`` (this replica leads)."""
+        self._writer, self._active, self._clock = writer, active, clock
+        self._pending: dict[ObjectKey, None] = {}
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="acknowledger", daemon=True)
+        self._thread.start()
+
+    def on_add(self, obj: Object) -> None:
+        """Queue a new Stack that has not been acknowledged."""
+        self._offer(obj)
+
+    def on_update(self, old: Object, new: Object) -> None:  # noqa: ARG002 - the handler protocol
+        """Queue a Stack whose generation moved ahead of its status."""
+        self._offer(new)
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """Nothing to acknowledge for a deleted Stack (a pending key finds it gone)."""
+
+    def alive(self) -> bool:
+        """Whether the thread runs (false after ``close``)."""
+        return self._thread.is_alive()
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop the thread, dropping what is pending; True if it ended in time."""
+        with self._wake:
+            self._closed = True
+            self._pending.clear()
+            self._wake.notify()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _offer(self, obj: Object) -> None:
+        if pending_generation(obj) is None:
+            return
+        metadata = obj["metadata"]
+        with self._wake:
+            self._pending[ObjectKey(metadata.get("namespace") or "", metadata["name"])] = None
+            self._wake.notify()
+
+    def _next(self) -> ObjectKey | None:
+        with self._wake:
+            while not self._pending and not self._closed:
+                self._wake.wait()
+            if self._closed:
+                return None
+            key = next(iter(self._pending))
+            del self._pending[key]
+            return key
+
+    def _loop(self) -> None:
+        while (key := self._next()) is not None:
+            try:
+                self._acknowledge(key)
+            except Exception as err:  # noqa: BLE001 - one Stack's failure must not end the thread
+                # No traceback: its frames' locals are not ours to print.
+                log.warning("Acknowledging a Stack failed", key=str(key), error=repr(err))
+
+    def _acknowledge(self, key: ObjectKey) -> None:
+        obj = self._writer.current(key)
+        generation = None if obj is None else pending_generation(obj)
+        if generation is None or not self._active():
+            return
+        self._writer.update(key, acknowledgment(generation, self._clock()))

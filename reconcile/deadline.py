@@ -1,0 +1,63 @@
+"""A run's own stop event: set when the operator stops or when the run's deadline passes.
+
+The runner watches one ``threading.Event`` and interrupts the CLI the way Ctrl-C does when
+it is set. ``RunStop`` gives each run an event of its own that follows the operator's stop
+event and also fires ``timeout`` seconds after the run began, so a program that never ends
+cannot hold a worker forever; ``timed_out`` then tells the two causes apart.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+POLL_SECONDS = 0.2  # how often the watcher looks at the operator's stop event
+
+
+class RunStop:
+    """Use as a context manager around one run; see the module docstring."""
+
+    def __init__(
+        self,
+        stop: threading.Event,
+        timeout: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        poll: float = POLL_SECONDS,
+    ) -> None:
+        """Follow ``stop``; fire ``timeout`` seconds after ``__enter__`` as well."""
+        self.event = threading.Event()
+        self.timed_out = False
+        self._stop, self._timeout = stop, timeout
+        self._monotonic, self._poll = monotonic, poll
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="run-deadline", daemon=True)
+
+    def __enter__(self) -> Self:
+        """Start watching."""
+        self._deadline = self._monotonic() + self._timeout
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop watching (the run is over)."""
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self._poll):
+            if self._stop.is_set():
+                self.event.set()
+                return
+            if self._monotonic() >= self._deadline:
+                self.timed_out = True
+                self.event.set()
+                return

@@ -1,0 +1,41 @@
+"""A run's stop event follows the operator's and fires at the run's deadline."""
+
+from __future__ import annotations
+
+import threading
+
+from reconcile.deadline import RunStop
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fires_at_the_deadline_and_says_so() -> None:
+    """The event fires at the deadline and ``timed_out`` says why."""
+    clock = _Clock()
+    with RunStop(threading.Event(), 10.0, monotonic=clock, poll=0.01) as run:
+        clock.now = 10.0
+        assert run.event.wait(5)
+    assert run.timed_out
+
+
+def test_follows_the_operator_stop_without_a_timeout() -> None:
+    """The operator's stop sets the event without calling it a timeout."""
+    stop = threading.Event()
+    with RunStop(stop, 3600.0, poll=0.01) as run:
+        stop.set()
+        assert run.event.wait(5)
+    assert not run.timed_out
+
+
+def test_a_run_that_ends_in_time_is_not_stopped() -> None:
+    """A run that ends before its deadline is never stopped."""
+    with RunStop(threading.Event(), 3600.0, poll=0.01) as run:
+        pass
+    assert not run.event.is_set()
+    assert not run.timed_out
