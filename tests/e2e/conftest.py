@@ -5,7 +5,8 @@ watching the test's namespace, with short poll intervals so that scenarios finis
 seconds: the informer resync (``--resync-period=2``) re-checks every Stack, which polls
 tracked branches with ``git ls-remote``; failed updates retry after 1 s, 2 s, 4 s….
 Every Stack uses a ``file://`` backend in the test's temp directory and a passphrase from a
-Secret whose value is a sentinel that must never show up in status, events, logs or metrics.
+Secret whose value is a sentinel that must never show up in status, events, logs or metrics;
+so must the other sentinels (a secret config value, a token given as a URL's user name).
 """
 
 from __future__ import annotations
@@ -39,16 +40,21 @@ E2E_FLAGS = ("--resync-period=2", "--update-retry-base=1", "--shutdown-timeout=3
 
 
 class Sentinels:
-    """Secret values that must never leak; each test gets fresh ones."""
+    """Secret values that must never leak; each test gets fresh ones.
+
+    ``url_user`` is a token as users put it in a URL's user name
+    (``http://<token>@host/repo.git``): a credential too, though it sits in the spec.
+    """
 
     def __init__(self) -> None:
         """Make random values."""
         self.passphrase = f"sentinel-passphrase-{secrets.token_hex(8)}"
         self.secret_config = f"sentinel-config-{secrets.token_hex(8)}"
+        self.url_user = f"sentinel-urluser-{secrets.token_hex(8)}"
 
-    def values(self) -> tuple[str, str]:
+    def values(self) -> tuple[str, ...]:
         """Every sentinel."""
-        return self.passphrase, self.secret_config
+        return self.passphrase, self.secret_config, self.url_user
 
 
 class Program:
@@ -108,9 +114,12 @@ class Stacks:
         """The file a Stack's program manages."""
         return self.backend.parent / f"{name}.txt"
 
-    def create(self, body: dict[str, Any]) -> None:
-        """Create a Stack."""
-        self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a Stack; the apiserver's answer (the object as stored)."""
+        created: dict[str, Any] = self.api.create_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, self.namespace, PLURAL, body
+        )
+        return created
 
     def get(self, name: str) -> dict[str, Any]:
         """Read a Stack."""
@@ -126,9 +135,12 @@ class Stacks:
         )
         return list(listing["items"])
 
-    def patch(self, name: str, body: dict[str, Any]) -> None:
-        """Merge-patch a Stack."""
-        self.api.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
+    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Stack; the apiserver's answer."""
+        patched: dict[str, Any] = self.api.patch_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, self.namespace, PLURAL, name, body
+        )
+        return patched
 
     def delete(self, name: str) -> None:
         """Delete a Stack."""
@@ -333,7 +345,8 @@ def operator(
     ``manifests/`` (a TokenRequest token), so every scenario proves those permissions
     suffice: the test fails on any 401/403 the operator got. While it still runs at the
     end, its metrics must agree with the API and the watcher (G23, G24). Every test ends by
-    asserting that no sentinel secret appears in any status, event, log line or metric.
+    asserting that no sentinel secret appears in any status, event, log line or metric,
+    and the process is stopped, whatever failed before.
     """
     op = Operator(
         operator_kubeconfig(control_plane, namespace, watch=[namespace]),
@@ -344,14 +357,19 @@ def operator(
         pulumi_bin=find_pulumi(),
     )
     op.start()
-    yield op
-    metrics = op.metrics()
-    if op.proc is not None and op.proc.poll() is None and stacks.watcher is not None:
-        assert_metrics_agree(op.metrics, stacks.listing, namespace, stacks.watcher, op.started_at)
-    op.stop(signal.SIGKILL)
+    metrics = ""
+    try:
+        yield op
+        metrics = op.metrics()
+        if op.proc is not None and op.proc.poll() is None and stacks.watcher is not None:
+            assert_metrics_agree(
+                op.metrics, stacks.listing, namespace, stacks.watcher, op.started_at
+            )
+    finally:  # a failed agreement check must neither leave the process behind nor skip the scan
+        op.stop(signal.SIGKILL)
+        print(f"--- operator log ({op.log})\n{op.log.read_text()[-6000:]}")  # noqa: T201
+        assert_no_leaks(stacks, sentinels, op.log.read_text(), metrics)
     assert not forbidden(metrics), f"the operator's API calls were refused: {forbidden(metrics)}"
-    print(f"--- operator log ({op.log})\n{op.log.read_text()[-6000:]}")  # noqa: T201
-    assert_no_leaks(stacks, sentinels, op.log.read_text(), metrics)
 
 
 def assert_no_leaks(stacks: Stacks, sentinels: Sentinels, *texts: str) -> None:

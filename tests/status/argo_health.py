@@ -6,8 +6,8 @@ check that every status the operator writes reads as intended there too. The che
 PR #28534; releases cut after that merge carry it, older ones need the ``argocd-cm`` snippet
 of pulumi-kubernetes-operator PR #1263).
 
-No Lua text is available from a package here, so the rules are encoded from
-``/work/shared/reference/status-conventions.md`` §4.5, in the Lua's order:
+No Lua text is available from a package here, so the rules are encoded from the health
+check's published description, in the Lua's order:
 
 1. ``metadata.deletionTimestamp`` set: Progressing, "Pending deletion; blocked by
    finalizers: …".

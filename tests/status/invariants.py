@@ -10,6 +10,17 @@ When each rule is checked. ◐ marks the rules §6 says hold for every intermedi
 rules about how a write looks or changes hold for every write, so they are checked on every
 version too; the remaining state rules are checked only on final states.
 
+Whose versions are judged. The witness blames the operator only for what it controls: its
+status writes. The every-version rules judge a version whose status differs from the one
+before it (a write), and the first version seen of a Stack (or the first after a gap), whose
+author is unknown. A version with the status of the one before it was made by someone else:
+a user's spec or metadata edit, the finalizer patch, the apiserver setting
+deletionTimestamp. It shows the old status against the new metadata (a user who edits a
+Stalled Stack makes a version with Stalled=True and a stale observedGeneration, which kstatus
+rightly reads InProgress), so the status rules are not applied to it again; the transition
+rules still are (G14 judges exactly such versions). The CRD defaults a new Stack's status to
+``{observedGeneration: 0}``: that is the apiserver's, not a write, and counts as no status.
+
 Every version:
   G1 ◐ a written status has ``observedGeneration`` and Ready;
   G2 ◐ observedGeneration (of the status and of each condition) is an int in 0..generation;
@@ -20,16 +31,17 @@ Every version:
   G10 lastTransitionTime is UTC; G11 schema validity; G12 order Stalled, Reconciling, Ready,
   others; G17 the two handshake fields agree.
 Every version against the one before it (same uid):
-  G1 ◐ the first status write has Ready Unknown/False and Reconciling or Stalled True;
-  G10 lastTransitionTime stays while status stays, and never goes back (a flip within the
-  same second keeps the string: metav1.Time has one-second resolution);
+  G1 ◐ the first status write (after none, or the CRD's default) has Ready Unknown/False and
+  Reconciling or Stalled True;
+  G10 lastTransitionTime stays while status stays; a flip never takes it back by more than
+  the clock's one-second resolution (below);
   G13 no idle write that changes only timestamps;
   G14 generation never decreases and moves only with the spec;
   G15 the write that ends a run (drops ``currentUpdate``) concludes it;
   G16 a status write during deletion reports the deletion step;
   G17 a request is marked handled only in a write that concludes the run.
 Final, not being deleted (``final=True``, ``check_final``):
-  G1 a status exists;
+  G1 a status was written (the CRD's default is not one);
   G3 every condition carries observedGeneration; Ready=True ⇒ status, conditions and
   ``lastUpdate`` are all about the current generation;
   G6 Reconciling=True ⇒ Ready≠True;
@@ -50,6 +62,13 @@ Left to other tests: G13's "zero PATCHes" (an audit of API calls), G15's crash s
 G16's metrics and events, and G19-G28 (events and metrics). Reasons are this project's
 (``Progressing``, ``ProgressingWithRetry``); the constants are repeated here on purpose so
 that the witness does not share code with what it checks.
+
+G10 and the clock. metav1.Time has one-second resolution: a flip within the second the
+condition last changed keeps the string, and two flips inside one second may carry clock
+readings taken in either order (a time read when the reconciler decided, written just after
+a write stamped later in the same second), so the strings of consecutive flips may go back
+by one second. Only a step back of more than one second is a lie; a time that moves while
+the status stays is always one (no clock is involved).
 
 Guarantees: ``check`` is pure, never raises on a malformed object (it reports it), and names
 every violation by object, resourceVersion, rule id and detail.
@@ -97,6 +116,7 @@ MAX_TYPE, MAX_REASON, MAX_MESSAGE = 316, 1024, 32768
 TIME_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 BARE_COUNT = re.compile(r"\s*\d+\s+[\w\s]*failures?(\(s\))?\.?\s*", re.IGNORECASE)
 ORDER = {STALLED: 0, RECONCILING: 1, READY: 2}
+TIME_RESOLUTION = datetime.timedelta(seconds=1)  # of metav1.Time: RFC 3339 without fractions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -143,6 +163,14 @@ class _View:
         return self.metadata.get("generation")
 
     @property
+    def written(self) -> bool:
+        """Whether the status is a write: present, and not the CRD's ``{observedGeneration: 0}``."""
+        default = set(self.status) == {"observedGeneration"} and _same_int(
+            self.status["observedGeneration"], 0
+        )
+        return bool(self.status) and not default
+
+    @property
     def deleting(self) -> bool:
         return bool(self.metadata.get("deletionTimestamp"))
 
@@ -179,13 +207,17 @@ def check(obj: Obj, previous: Obj | None = None, *, final: bool = False) -> list
 
     ``previous`` is the version of the same object seen just before ``obj`` (ignored if it
     belongs to another incarnation, i.e. another uid); ``final`` adds the final-state rules.
+    The every-version rules judge ``obj`` only when its status differs from ``previous``'s
+    (or there is no previous version to compare with): an unchanged status is not a write.
     """
     view = _View.of(obj)
-    found = _apply(view, EVERY_VERSION)
-    if previous is not None:
-        before = _View.of(previous)
-        if _same_object(view, before):
-            found += _apply_pairs(view, before, TRANSITIONS)
+    before = None if previous is None else _View.of(previous)
+    if before is not None and not _same_object(view, before):
+        before = None
+    written = before is None or view.status != before.status
+    found = _apply(view, EVERY_VERSION) if written else []
+    if before is not None:
+        found += _apply_pairs(view, before, TRANSITIONS)
     if final:
         found += _apply(view, FINAL_DELETING if view.deleting else FINAL)
     return found
@@ -233,7 +265,7 @@ def _apply_pairs(
 
 
 def _g1_written_status_has_ready(v: _View) -> Iterator[str]:
-    if not v.status:
+    if not v.written:
         return
     if "observedGeneration" not in v.status:
         yield "status is written without observedGeneration"
@@ -375,7 +407,7 @@ EVERY_VERSION: tuple[tuple[str, Rule], ...] = (
 
 
 def _g1_first_write_starts_the_work(v: _View, before: _View) -> Iterator[str]:
-    if before.status or not v.status:
+    if before.written or not v.written:
         return
     ready = v.state(READY)
     if ready is not None and ready not in {"Unknown", "False"}:
@@ -385,10 +417,10 @@ def _g1_first_write_starts_the_work(v: _View, before: _View) -> Iterator[str]:
 
 
 def _g10_transition_time_moves_iff_status_moves(v: _View, before: _View) -> Iterator[str]:
-    """Same status: the very same time. A flip: a time not before the old one.
+    """Same status: the very same time. A flip: a time at most one second before the old one.
 
-    metav1.Time has one-second resolution, so a flip within the second the condition last
-    changed legitimately keeps the same string; only "never backwards" is checkable then.
+    See "G10 and the clock" in the module docstring: strings of one-second resolution,
+    stamped from readings taken in either order within that second, may step back by one.
     """
     for c in v.conditions:
         type_ = c.get("type")
@@ -399,8 +431,11 @@ def _g10_transition_time_moves_iff_status_moves(v: _View, before: _View) -> Iter
         if c.get("status") == old.get("status"):
             if new_time != old_time:
                 yield f"{type_} lastTransitionTime moved {old_time} -> {new_time}, status unchanged"
-        elif _later(old_time, new_time):
-            yield f"{type_} lastTransitionTime went back from {old_time} to {new_time}"
+        elif _before(new_time, old_time, TIME_RESOLUTION):
+            yield (
+                f"{type_} lastTransitionTime went back from {old_time} to {new_time}, more than "
+                f"the clock's resolution ({TIME_RESOLUTION.total_seconds():g} s)"
+            )
 
 
 def _g13_no_heartbeat_writes(v: _View, before: _View) -> Iterator[str]:
@@ -473,8 +508,11 @@ TRANSITIONS: tuple[tuple[str, PairRule], ...] = (
 
 
 def _g1_a_status_exists(v: _View) -> Iterator[str]:
-    if not v.status:
-        yield "no status was ever written (kstatus reads a Stack without status as Current)"
+    if not v.written:
+        yield (
+            f"no status was ever written (status {dict(v.status)}): kstatus reads a Stack "
+            "without status as Current, and one with only the CRD's default as InProgress forever"
+        )
 
 
 def _g3_ready_is_about_this_generation(v: _View) -> Iterator[str]:
@@ -615,10 +653,10 @@ def _parse_time(value: object) -> datetime.datetime | None:
         return None
 
 
-def _later(first: object, second: object) -> bool:
-    """Whether time ``first`` is strictly after ``second`` (False if either is unreadable)."""
+def _before(first: object, second: object, slack: datetime.timedelta) -> bool:
+    """Whether time ``first`` is more than ``slack`` before ``second`` (False if unreadable)."""
     a, b = _parse_time(first), _parse_time(second)
-    return a is not None and b is not None and a > b
+    return a is not None and b is not None and b - a > slack
 
 
 def _mask_times(value: object, key: str = "") -> object:

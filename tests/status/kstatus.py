@@ -4,7 +4,7 @@ Role: say what kstatus-based tools (Flux health checks, Helm 4 ``--wait``, cli-u
 ``kpt live status``) conclude from one object, so tests can check that every status the
 operator writes reads as intended. Ported from ``kubernetes-sigs/cli-utils``
 ``pkg/kstatus/status`` (Flux's fork ``fluxcd/cli-utils`` is algorithmically identical), as
-described in ``/work/shared/reference/status-conventions.md`` §1:
+described in the status conventions reference, §1:
 
 - ``compute`` is ``Compute`` (status.go): ``check_generic_properties``
   (``checkGenericProperties``, generic.go: deletionTimestamp, then ``check_generation``

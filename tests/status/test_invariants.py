@@ -290,6 +290,24 @@ def rules(found: list[Violation]) -> set[str]:
 
 
 BAD_TYPE = condition("not a type", "True", "Fine")
+CRD_DEFAULT: Status = {"observedGeneration": 0}  # what the CRD gives a new Stack's status
+SPEC2 = {"stack": "dev", "branch": "next"}
+RUN2 = running(c.progressing(DONE, 2, "Running pulumi up (generation 2)", T2), 2)
+# The operator concludes generation 2's run but reports generation 1: a lie (G5).
+STALE_STALL = concluded(c.stalled(RUN2, 1, Reason.INVALID_SPEC, "bad", T2), state="failed")
+
+
+def retry_flipped_at(time_: str) -> Status:
+    """A failed attempt whose Ready flipped to False at ``time_``."""
+    return edit(retrying(Reason.UPDATE_FAILED, "error: disk on fire"), "Ready",
+                lastTransitionTime=time_)  # fmt: skip
+
+
+def rerun_at(status: Status, now: datetime.datetime = T1) -> Status:
+    """The retry starting: Ready flips False -> Unknown, stamped ``now`` (12:01:00)."""
+    return running(c.progressing(status, 1, "Running pulumi up (retry)", now))
+
+
 LONG = "x" * 32769
 WITH_SUSPEND = {"stack": "dev", "branch": "main", "suspend": True}
 
@@ -302,6 +320,10 @@ WITH_SUSPEND = {"stack": "dev", "branch": "main", "suspend": True}
         pytest.param(stack({k: v for k, v in DONE.items() if k != "observedGeneration"}), None,
                      False, {"G1"}, id="G1-status-without-observed-generation"),
         pytest.param(stack(DONE, rv="2"), stack(), False, {"G1"}, id="G1-first-write-is-ready"),
+        pytest.param(stack(DONE, rv="2"), stack(CRD_DEFAULT), False, {"G1"},
+                     id="G1-first-write-after-the-crd-default-is-ready"),
+        pytest.param(stack(CRD_DEFAULT), None, True, {"G1", "G18"},
+                     id="G1-final-with-only-the-crd-default"),
         pytest.param(stack(), None, True, {"G1", "G18"}, id="G1-final-without-status"),
         pytest.param(stack({**DONE, "observedGeneration": "1"}), None, False, {"G2"},
                      id="G2-observed-generation-is-a-string"),
@@ -320,6 +342,9 @@ WITH_SUSPEND = {"stack": "dev", "branch": "main", "suspend": True}
                      None, False, {"G4", "G5"}, id="G4-reconciling-and-stalled"),
         pytest.param(stack(stalled(Reason.INVALID_SPEC, "bad"), generation=2), None, False,
                      {"G5"}, id="G5-stalled-for-an-older-generation"),
+        pytest.param(stack(STALE_STALL, rv="2", generation=2, spec=SPEC2),
+                     stack(RUN2, generation=2, spec=SPEC2), False, {"G5"},
+                     id="G5-operator-writes-stalled-for-an-older-generation"),
         pytest.param(stack(edit(stalled(Reason.INVALID_SPEC, "bad"), "Ready", status="Unknown")),
                      None, False, {"G5", "G6"}, id="G5-stalled-with-ready-unknown"),
         pytest.param(stack(without(START, "Reconciling")), None, False, {"G6"},
@@ -351,6 +376,12 @@ WITH_SUSPEND = {"stack": "dev", "branch": "main", "suspend": True}
                                                  T0)), rv="2"),
                      stack(retrying(Reason.UPDATE_FAILED, "e")), False, {"G10"},
                      id="G10-time-went-back"),
+        pytest.param(stack(edit(DONE, "Ready", lastTransitionTime="2026-01-01T12:01:01Z"), rv="2"),
+                     stack(DONE), False, {"G10", "G13"},
+                     id="G10-time-moved-one-second-status-unchanged"),
+        pytest.param(stack(rerun_at(retry_flipped_at("2026-01-01T12:01:02Z")), rv="2"),
+                     stack(retry_flipped_at("2026-01-01T12:01:02Z")), False, {"G10"},
+                     id="G10-flip-went-back-two-seconds"),
         pytest.param(stack(edit(DONE, "Ready", lastTransitionTime="2026-01-01T13:01:00+01:00")),
                      None, False, {"G10"}, id="G10-time-not-utc"),
         pytest.param(stack({**DONE, "conditions": [*DONE["conditions"], BAD_TYPE]}), None,
@@ -489,6 +520,57 @@ def test_before_the_first_status_write_kstatus_says_current() -> None:
     assert kstatus.read_status(created).status is CURRENT
     assert argo_health.health(created).status is PROGRESSING
     assert rules(check(created, final=True)) == {"G1", "G18"}
+
+
+# -- what the operator does not control is not blamed on it -----------------------------------
+
+
+def test_the_crds_default_status_is_not_a_write(watcher: StackWatcher) -> None:
+    """A new Stack carries the CRD's ``{observedGeneration: 0}``: InProgress, not a bad write.
+
+    The finalizer patch keeps it; the operator's first real write is judged as the first.
+    """
+    created = stack(CRD_DEFAULT)
+    assert kstatus.read_status(created).status is IN_PROGRESS
+    finalized = stack(CRD_DEFAULT, rv="2")
+    watcher.observe("ADDED", created)
+    watcher.observe("MODIFIED", finalized)
+    watcher.observe("MODIFIED", stack(START, rv="3"))
+    assert watcher.violations() == []
+    assert check(created) == []
+
+
+def test_a_user_edit_of_a_stalled_stack_is_not_blamed_on_the_operator(
+    watcher: StackWatcher,
+) -> None:
+    """The user's new generation shows the old Stalled status: kstatus InProgress, no lie.
+
+    That version (generation 2, observedGeneration 1, Stalled=True) is the apiserver's
+    answer to the user's edit; the operator's next write is judged as usual.
+    """
+    stall = stalled(Reason.INVALID_SPEC, "spec.stack is empty")
+    edited = stack(stall, rv="2", generation=2, spec=SPEC2)
+    assert kstatus.read_status(edited).status is IN_PROGRESS
+    assert check(edited, stack(stall)) == []
+    rerun = running(c.progressing(stall, 2, "Running pulumi up (generation 2)", T2), 2)
+    versions = [stack(stall), edited, stack(rerun, rv="3", generation=2, spec=SPEC2)]
+    for event, obj in zip(("ADDED", "MODIFIED", "MODIFIED"), versions, strict=True):
+        watcher.observe(event, obj)
+    assert watcher.violations() == []
+
+
+def test_two_flips_inside_one_second_may_step_back_one_second() -> None:
+    """A flip stamped 12:01:00 after one stamped 12:01:01 fits a one-second clock; more does not.
+
+    Times are read when the reconciler decides and truncated to the second, so two flips
+    inside one second can be written in the other order of their readings.
+    """
+    before = stack(retry_flipped_at("2026-01-01T12:01:01Z"))
+    after = stack(rerun_at(before["status"]), rv="2")
+    assert check(after, before) == []
+    before = stack(retry_flipped_at("2026-01-01T12:01:02Z"))
+    after = stack(rerun_at(before["status"]), rv="2")
+    assert [(v.rule, "went back" in v.detail) for v in check(after, before)] == [("G10", True)]
 
 
 # -- the watcher, fed by hand ----------------------------------------------------------------

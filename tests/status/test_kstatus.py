@@ -192,6 +192,20 @@ def test_compute_matches_upstream_crd_generic_status_vectors(
     assert [c.reason for c in result.conditions] == ([reason] if reason else [])
 
 
+def test_a_new_custom_resource_is_in_progress_only_with_the_crds_default_status() -> None:
+    """Generation 1 with ``status: {observedGeneration: 0}`` (a CRD default) is InProgress.
+
+    Without any status it is Current: ``checkGeneration`` is skipped when
+    ``status.observedGeneration`` is absent, and no condition decides (upstream
+    ``crdNoStatus``). That is why the Stack CRD defaults the status.
+    """
+    defaulted = kstatus.compute(cr({"observedGeneration": 0}, generation=1))
+    assert defaulted.status is IN_PROGRESS
+    assert [c.reason for c in defaulted.conditions] == ["LatestGenerationNotObserved"]
+    assert defaulted.message == "Stack generation is 1, but latest observed generation is 0"
+    assert kstatus.compute(cr(generation=1)).status is CURRENT
+
+
 def test_generation_mismatch_message_names_kind_and_both_generations() -> None:
     """The synthesized message is ``checkGeneration``'s, with the object's kind."""
     result = kstatus.compute(cr({"observedGeneration": 1}, generation=3))
