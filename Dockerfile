@@ -4,8 +4,9 @@
 #   docker build -t pulumi-stack-operator --build-arg REVISION="$(git rev-parse HEAD)" .
 #   (arm64: --build-arg PULUMI_ARCH=arm64)
 #
-# Writable paths: PSO_WORK_DIR (checkouts and PULUMI_HOME, also HOME) and /tmp. With a
-# read-only root filesystem, mount an emptyDir on both.
+# Writable paths: PSO_WORK_DIR (checkouts, each Stack's PULUMI_HOME and HOME, the shared
+# plugin store; also the operator's HOME) and /tmp. With a read-only root filesystem, mount
+# an emptyDir on both.
 # tests/hack/test_dockerfile.py lints this file with hadolint and replays its install steps.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -87,6 +88,7 @@ ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
     PULUMI_SKIP_UPDATE_CHECK=true
 WORKDIR /var/lib/pulumi-stack-operator
 USER 65532:65532
-# /metrics and /healthz, /readyz (--metrics-bind-address, --health-probe-bind-address).
+# /metrics and /healthz, /readyz. The flags default to loopback; in a container pass
+# --metrics-bind-address=:8080 --health-probe-bind-address=:8081 (the manifests do).
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/bin/tini", "--", "pulumi-stack-operator"]
