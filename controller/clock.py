@@ -4,9 +4,14 @@ Everything in `controller` that reads the time or waits for a deadline does so t
 `Clock` (client-go injects `clock.Clock` the same way, "for testing purposes"). Two
 implementations live here:
 
-- `RealClock`: `time.monotonic()` and `threading.Condition.wait(timeout)`.
+- `RealClock`: `time.monotonic()`, the wall clock in UTC, and
+  `threading.Condition.wait(timeout)`.
 - `FakeClock`: time moves only when a test calls `step()` or `set_time()`, and doing so
-  wakes every thread blocked in `wait_until()`, so unit tests never sleep for real.
+  wakes every thread blocked in `wait_until()`, so unit tests never sleep for real. Its
+  wall clock is a fixed instant plus the same offset, so both move together.
+
+`wall()` is the time written into objects (metav1.Time); `now()` is for intervals and
+deadlines. `parse_time` reads a metav1.Time back.
 
 Guarantees: `now()` never goes backwards on either clock. `wait_until()` behaves like
 `Condition.wait()`: it may return early (on `notify()`, on a fake step, or spuriously),
@@ -16,6 +21,7 @@ condition and its lock; the clock never holds one of its own locks while a waite
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import threading
 import time
@@ -24,6 +30,19 @@ from typing import Protocol
 # How long FakeClock.wait_for_waiters() waits, in real seconds, unless told otherwise. It
 # only bounds a test that is about to fail; passing tests return as soon as a waiter blocks.
 DEFAULT_WAITER_TIMEOUT = 5.0
+# Where a FakeClock's wall clock stands at fake time 0 (any fixed UTC instant will do).
+FAKE_EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def parse_time(value: object) -> datetime.datetime | None:
+    """A metav1.Time (RFC 3339) read from an object, or None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)  # 3.11 reads the "Z" suffix
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.UTC)
 
 
 class Clock(Protocol):
@@ -31,6 +50,10 @@ class Clock(Protocol):
 
     def now(self) -> float:
         """Return the current monotonic time in seconds (arbitrary origin)."""
+        ...
+
+    def wall(self) -> datetime.datetime:
+        """Return the current wall-clock time, timezone-aware, in UTC."""
         ...
 
     def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
@@ -50,6 +73,10 @@ class RealClock:
     def now(self) -> float:
         """Return `time.monotonic()`."""
         return time.monotonic()
+
+    def wall(self) -> datetime.datetime:
+        """Return `datetime.now(UTC)`."""
+        return datetime.datetime.now(datetime.UTC)
 
     def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
         """Wait on `cond` for at most the time left until `deadline` (see `Clock`)."""
@@ -85,6 +112,10 @@ class FakeClock:
         """Return the fake time in seconds."""
         with self._lock:
             return self._now
+
+    def wall(self) -> datetime.datetime:
+        """Return `FAKE_EPOCH` plus the fake time: it moves with `step()` and nothing else."""
+        return FAKE_EPOCH + datetime.timedelta(seconds=self.now())
 
     def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
         """Wait on `cond` until notified or until a step reaches `deadline` (see `Clock`)."""

@@ -71,6 +71,7 @@ from urllib3.exceptions import HTTPError
 
 from controller.clock import Clock, RealClock
 from controller.retry import is_transient
+from status.text import truncate
 
 log = structlog.get_logger(__name__)
 
@@ -238,15 +239,6 @@ class _LRU(Generic[K, V]):
 
 def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def truncate(text: str, limit: int, marker: str = "") -> str:
-    """``text`` cut to at most ``limit`` bytes of UTF-8, ending in ``marker`` if cut."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    room = limit - len(marker.encode())
-    return data[:room].decode(errors="ignore") + marker
 
 
 def _truncate_message(message: str) -> str:
