@@ -144,8 +144,8 @@ _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
 _SHORTEST_SCRUBBED_USERNAME = 8
 
 
-class Reason(enum.StrEnum):
-    """Why a source could not be fetched (the Stack's condition reason)."""
+class SourceFailure(enum.StrEnum):
+    """Why a source could not be fetched; the reconciler maps it to a condition reason."""
 
     AUTHENTICATION_FAILED = "AuthenticationFailed"
     REVISION_NOT_FOUND = "RevisionNotFound"
@@ -161,7 +161,7 @@ class SourceError(Exception):
     The message is scrubbed of every credential and of URL user information.
     """
 
-    def __init__(self, message: str, *, reason: Reason, transient: bool) -> None:
+    def __init__(self, message: str, *, reason: SourceFailure, transient: bool) -> None:
         """Record the message, reason and whether a retry may succeed."""
         super().__init__(message)
         self.reason = reason
@@ -260,7 +260,7 @@ def resolve_revision(
         if name == ref:
             return sha
     msg = f"branch {ref.removeprefix('refs/heads/')!r} not found in {redact_url(url)}"
-    raise SourceError(msg, reason=Reason.REVISION_NOT_FOUND, transient=False)
+    raise SourceError(msg, reason=SourceFailure.REVISION_NOT_FOUND, transient=False)
 
 
 def checkout(  # noqa: PLR0913 - the reconciler's one call; all but two are keyword-only
@@ -311,7 +311,7 @@ def checkout(  # noqa: PLR0913 - the reconciler's one call; all but two are keyw
             return _clone(git, work_dir, target, keep)
         except _BrokenRepositoryError as err:
             msg = f"cannot prepare {work_dir}: {err}"
-            raise SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True) from err
+            raise SourceError(msg, reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True) from err
 
 
 def program_dir(checkout: Path, repo_dir: str | None) -> Path:
@@ -524,7 +524,7 @@ class _Git:
         msg = f"git {args[0]} {self.scrub(self.url)} failed: {_summary(stderr)}"
         known = _classify(stderr)
         if known is None:
-            raise _UnclassifiedError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True)
+            raise _UnclassifiedError(msg, reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True)
         raise SourceError(msg, reason=known[0], transient=known[1])
 
     def scrub(self, text: str) -> str:
@@ -535,7 +535,7 @@ class _Git:
 
     def _timed_out(self, args: Sequence[str]) -> SourceError:
         msg = f"git {args[0]} {self.scrub(self.url)} timed out (limit {self._timeout:g}s)"
-        return SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=True)
+        return SourceError(msg, reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -547,7 +547,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 # Ordered: the first match wins. Patterns are git's, curl's and ssh's messages under LC_ALL=C.
-_CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
+_CLASSES: tuple[tuple[re.Pattern[str], SourceFailure, bool], ...] = (
     (
         re.compile(
             r"repository not exported|no such repository|repository '[^']*' not found"
@@ -561,7 +561,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
             r"|ssl certificate problem|certificate verify failed",  # a CA does not fix itself
             re.IGNORECASE,
         ),
-        Reason.SOURCE_UNAVAILABLE,
+        SourceFailure.SOURCE_UNAVAILABLE,
         False,
     ),
     (
@@ -571,7 +571,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
             r"|passphrase|load key|invalid username or password",
             re.IGNORECASE,
         ),
-        Reason.AUTHENTICATION_FAILED,
+        SourceFailure.AUTHENTICATION_FAILED,
         False,
     ),
     (
@@ -579,7 +579,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
             r"couldn't find remote ref|not our ref|unadvertised object|no such ref",
             re.IGNORECASE,
         ),
-        Reason.REVISION_NOT_FOUND,
+        SourceFailure.REVISION_NOT_FOUND,
         False,
     ),
     (
@@ -591,13 +591,13 @@ _CLASSES: tuple[tuple[re.Pattern[str], Reason, bool], ...] = (
             r"|broken pipe",
             re.IGNORECASE,
         ),
-        Reason.SOURCE_UNAVAILABLE,
+        SourceFailure.SOURCE_UNAVAILABLE,
         True,
     ),
 )
 
 
-def _classify(stderr: str) -> tuple[Reason, bool] | None:
+def _classify(stderr: str) -> tuple[SourceFailure, bool] | None:
     """(reason, transient) for git's stderr, or None when no known pattern matches."""
     for pattern, reason, transient in _CLASSES:
         if pattern.search(stderr):
@@ -676,7 +676,7 @@ def _split_userinfo(url: str, credentials: GitCredentials | None) -> tuple[str, 
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as err:
         msg = f"the repository URL is malformed ({err}): fix spec.projectRepo"
-        raise SourceError(msg, reason=Reason.SOURCE_UNAVAILABLE, transient=False) from None
+        raise SourceError(msg, reason=SourceFailure.SOURCE_UNAVAILABLE, transient=False) from None
     if parts.scheme not in {"http", "https"} or "@" not in parts.netloc:
         return url, _Login(credentials)
     clean = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
@@ -756,7 +756,7 @@ def _fetch_commit(git: _Git, repo: Path, commit: str) -> str:
         try:
             git.remote(["fetch", "--quiet", "--no-tags", "--depth=1", "origin", commit], repo)
         except SourceError as err:
-            if err.reason is not Reason.REVISION_NOT_FOUND and not isinstance(
+            if err.reason is not SourceFailure.REVISION_NOT_FOUND and not isinstance(
                 err, _UnclassifiedError
             ):
                 raise
@@ -767,7 +767,7 @@ def _fetch_commit(git: _Git, repo: Path, commit: str) -> str:
     found = _local_commit(git, repo, commit)
     if found is None:
         msg = f"commit {commit} not found in {git.scrub(git.url)}"
-        raise SourceError(msg, reason=Reason.REVISION_NOT_FOUND, transient=False)
+        raise SourceError(msg, reason=SourceFailure.REVISION_NOT_FOUND, transient=False)
     return found
 
 

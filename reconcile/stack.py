@@ -50,6 +50,7 @@ from reconcile.source import (
     GitCredentials,
     ProgramDirError,
     SourceError,
+    SourceFailure,
     checkout,
     program_dir,
     resolve_revision,
@@ -889,7 +890,7 @@ _STALLING = {
 
 
 def _source_reason(err: SourceError) -> Reason:
-    if err.reason == "AuthenticationFailed":
+    if err.reason is SourceFailure.AUTHENTICATION_FAILED:
         return Reason.AUTHENTICATION_FAILED
     return Reason.SOURCE_UNAVAILABLE
 

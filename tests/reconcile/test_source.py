@@ -24,8 +24,8 @@ from reconcile import source
 from reconcile.source import (
     GitCredentials,
     ProgramDirError,
-    Reason,
     SourceError,
+    SourceFailure,
     checkout,
     git_environment,
     program_dir,
@@ -139,7 +139,10 @@ def test_resolve_revision_of_an_unknown_branch(git_repo: Repo) -> None:
     upstream.commit({"a.txt": "1"})
     with pytest.raises(SourceError) as caught:
         resolve_revision(url, "no-such-branch", None)
-    assert (caught.value.reason, caught.value.transient) == (Reason.REVISION_NOT_FOUND, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.REVISION_NOT_FOUND,
+        False,
+    )
     assert "no-such-branch" in str(caught.value)
 
 
@@ -416,7 +419,10 @@ def test_checkout_of_an_unknown_revision(
     work = tmp_path / "work"
     with pytest.raises(SourceError) as caught:
         checkout(url, work, commit=commit, branch=branch)
-    assert (caught.value.reason, caught.value.transient) == (Reason.REVISION_NOT_FOUND, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.REVISION_NOT_FOUND,
+        False,
+    )
     assert not work.exists()
     assert leftovers(work) == []
 
@@ -481,7 +487,10 @@ def test_wrong_credentials_are_refused_without_leaking(
     with capture_logs() as logs, pytest.raises(SourceError) as caught:
         fetch(operation, url, tmp_path / "work", credentials)
 
-    assert (caught.value.reason, caught.value.transient) == (Reason.AUTHENTICATION_FAILED, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.AUTHENTICATION_FAILED,
+        False,
+    )
     assert secret not in error_texts(caught.value)
     assert secret not in repr(logs)
 
@@ -495,7 +504,7 @@ def test_a_password_in_the_url_is_scrubbed_from_errors(
     secret = f"url-password-{secrets.token_hex(8)}"
     with pytest.raises(SourceError) as caught:
         resolve_revision(url.replace("://", f"://{http_account.username}:{secret}@"), "main", None)
-    assert caught.value.reason == Reason.AUTHENTICATION_FAILED
+    assert caught.value.reason == SourceFailure.AUTHENTICATION_FAILED
     assert secret not in error_texts(caught.value)
 
 
@@ -562,7 +571,10 @@ def test_a_missing_repository_is_not_transient(
     url = request.getfixturevalue(fixture).url("no-such-repo")
     with pytest.raises(SourceError) as caught:
         checkout(url, tmp_path / "work", branch="main", credentials=basic_auth)
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.SOURCE_UNAVAILABLE,
+        False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -584,7 +596,7 @@ def test_an_unreachable_server_is_transient(scheme: str, operation: str, tmp_pat
     credentials = GitCredentials(ssh_private_key="not a key", token=secrets.token_hex(4))
     with pytest.raises(SourceError) as caught:
         fetch(operation, url, tmp_path / "work", credentials)
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
+    assert (caught.value.reason, caught.value.transient) == (SourceFailure.SOURCE_UNAVAILABLE, True)
 
 
 @pytest.mark.parametrize("status", [pytest.param(s, id=str(s)) for s in (500, 502, 503, 504, 429)])
@@ -604,7 +616,7 @@ def test_server_errors_are_transient(
             resolve_revision(url, "main", basic_auth)
     finally:
         git_http.fail(repo_name, None)
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
+    assert (caught.value.reason, caught.value.transient) == (SourceFailure.SOURCE_UNAVAILABLE, True)
 
 
 @pytest.mark.parametrize("scheme", [pytest.param("git", id="git"), pytest.param("http", id="http")])
@@ -616,7 +628,7 @@ def test_a_silent_server_times_out_as_transient(
     url = f"{scheme}://127.0.0.1:{silent_port}/repo.git"
     with pytest.raises(SourceError, match="timed out") as caught:
         fetch(operation, url, tmp_path / "work", timeout=1)
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
+    assert (caught.value.reason, caught.value.transient) == (SourceFailure.SOURCE_UNAVAILABLE, True)
 
 
 @pytest.mark.parametrize(
@@ -644,7 +656,10 @@ def test_a_url_git_refuses_is_not_transient(url: str, operation: str, tmp_path: 
     marker = tmp_path / "pwned"
     with pytest.raises(SourceError) as caught:
         fetch(operation, url.format(marker=marker), tmp_path / "work")
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.SOURCE_UNAVAILABLE,
+        False,
+    )
     assert not marker.exists()
 
 
@@ -656,7 +671,10 @@ def test_file_urls_are_refused(
     upstream.commit({"a.txt": "1"})
     with pytest.raises(SourceError) as caught:
         checkout(git_http.push_url(repo_name), tmp_path / "work", branch="main")
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.SOURCE_UNAVAILABLE,
+        False,
+    )
     assert "not allowed" in str(caught.value)
 
 
@@ -682,7 +700,7 @@ def test_a_stalled_http_remote_is_cut_off_before_the_limit(
     started = time.monotonic()
     with pytest.raises(SourceError, match="too slow") as caught:
         fetch(operation, f"http://127.0.0.1:{silent_port}/repo.git", tmp_path / "work", None, 120)
-    assert (caught.value.reason, caught.value.transient) == (Reason.SOURCE_UNAVAILABLE, True)
+    assert (caught.value.reason, caught.value.transient) == (SourceFailure.SOURCE_UNAVAILABLE, True)
     assert time.monotonic() - started < 30
 
 
@@ -900,7 +918,10 @@ def test_a_refused_token_as_url_user_name_is_not_shown(
     token = f"ghp_{secrets.token_hex(16)}"
     with capture_logs() as logs, pytest.raises(SourceError) as caught:
         fetch(operation, url.replace("://", f"://{token}@"), tmp_path / "work")
-    assert (caught.value.reason, caught.value.transient) == (Reason.AUTHENTICATION_FAILED, False)
+    assert (caught.value.reason, caught.value.transient) == (
+        SourceFailure.AUTHENTICATION_FAILED,
+        False,
+    )
     assert token not in error_texts(caught.value)
     assert token not in repr(logs)
 
