@@ -1,4 +1,4 @@
-"""What one Stack's run shares with another's, and with the operator: nothing it should not.
+"""A Stack's PULUMI_HOME: no token one Stack used ever serves another; plugins are shared.
 
 The real CLI runs the ``echo`` test program (no resources; it reports the config and the
 environment it sees) on the test bed's ``file://`` backend, or talks to a fake Pulumi
@@ -21,13 +21,13 @@ from typing import Any, Self
 
 import pytest
 
-from reconcile.automation import INHERITED_ENV, ErrorKind, Outcome, Runner, UpdateRequest
+from reconcile.runner import ErrorKind, LocalRunner, UpdateRequest
+from testbed.pulumi_env import PulumiEnv
 from tests.conftest import PROGRAMS
-from tests.testbed.pulumi_env import PulumiEnv
+from tests.reconcile.runner.support import STACK, run, succeeded
 
 pytestmark = pytest.mark.pulumi
 
-STACK = "dev"
 TOKEN_A = "tok-A-tenant-a-only"  # noqa: S105 - a fake token the fake cloud records
 NO_TOKEN = "<none>"  # noqa: S105 - a label, not a token
 
@@ -109,12 +109,6 @@ def fake_cloud() -> Iterator[FakeCloud]:
         yield cloud
 
 
-@pytest.fixture
-def runner(pulumi_env: PulumiEnv) -> Runner:
-    """A runner on the test bed's CLI; its shared home is the test bed's PULUMI_HOME."""
-    return Runner(pulumi_env.command(), pulumi_env.home)
-
-
 def echo_program(root: Path, name: str = "echo") -> Path:
     """A private copy of the ``echo`` program."""
     work_dir = root / name
@@ -122,28 +116,14 @@ def echo_program(root: Path, name: str = "echo") -> Path:
     return work_dir
 
 
-def run(runner: Runner, request: UpdateRequest) -> Outcome:
-    """Run one ``up`` to its end."""
-    return runner.run(request, on_progress=lambda _p: None, stop=threading.Event())
-
-
-def succeeded(outcome: Outcome) -> bool:
-    """Whether an outcome succeeded; shows the message in the assertion when not."""
-    assert outcome.error is ErrorKind.NONE, outcome.message
-    return outcome.succeeded
-
-
 def cloud_env(pulumi_env: PulumiEnv, cloud: FakeCloud) -> dict[str, str]:
     """The test bed's env with the fake cloud as backend (and no token)."""
     return {**pulumi_env.env, "PULUMI_BACKEND_URL": cloud.url}
 
 
-# --- item 10: one Stack's token never serves another ---------------------------------
-
-
 @pytest.mark.parametrize("own_homes", [True, False], ids=["own-homes", "shared-home"])
 def test_a_token_one_stack_used_is_never_sent_for_another(
-    runner: Runner,
+    runner: LocalRunner,
     pulumi_env: PulumiEnv,
     fake_cloud: FakeCloud,
     tmp_path: Path,
@@ -185,7 +165,7 @@ def test_a_token_one_stack_used_is_never_sent_for_another(
 
 
 def test_stack_homes_share_the_plugin_store_through_a_symlink(
-    runner: Runner, pulumi_env: PulumiEnv, tmp_path: Path
+    runner: LocalRunner, pulumi_env: PulumiEnv, tmp_path: Path
 ) -> None:
     """Each Stack's home links ``plugins`` to the runner's store; the CLI follows the link.
 
@@ -233,95 +213,3 @@ def pulumi(pulumi_env: PulumiEnv, home: Path, *args: str | Path) -> str:
         check=True,
         timeout=120,
     ).stdout
-
-
-# --- item 14: the operator's environment stays in the operator -------------------------
-
-OPERATOR_ONLY = {
-    "PSO_TEST_SENTINEL": "operator-only-sentinel",
-    "KUBECONFIG": "/operator/kubeconfig",
-    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
-    "SOME_RANDOM_OPERATOR_VARIABLE": "random",
-}
-INHERITED = {"LC_TIME": "C.UTF-8", "TZ": "Europe/Vienna", "no_proxy": "127.0.0.1,localhost"}
-
-
-def echo_request(
-    pulumi_env: PulumiEnv, work_dir: Path, home: Path, *, env_names: list[str], **env: str
-) -> UpdateRequest:
-    """A request for the ``echo`` program that reports ``env_names``."""
-    return UpdateRequest(
-        work_dir=work_dir,
-        stack=STACK,
-        env={**pulumi_env.env, **env},
-        config={"env": ",".join(env_names)},
-        pulumi_home=home,
-    )
-
-
-def test_programs_see_the_allow_listed_environment_and_the_requests_only(
-    runner: Runner, pulumi_env: PulumiEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The operator's own variables do not reach the program, except the allow-listed ones."""
-    for name, value in {**OPERATOR_ONLY, **INHERITED}.items():
-        monkeypatch.setenv(name, value)
-    home = tmp_path / "stack" / "home"
-    names = [*OPERATOR_ONLY, *INHERITED, "REQUEST_VAR", "HOME", "PULUMI_HOME"]
-    request = echo_request(
-        pulumi_env,
-        echo_program(tmp_path),
-        home,
-        env_names=names,
-        REQUEST_VAR="r42",  # short: the runner masks env values
-    )
-
-    outcome = run(runner, request)
-
-    assert succeeded(outcome)
-    seen = outcome.outputs["env"]
-    assert {name: seen[name] for name in OPERATOR_ONLY} == dict.fromkeys(OPERATOR_ONLY, "<unset>")
-    assert {name: seen[name] for name in INHERITED} == INHERITED
-    assert seen["REQUEST_VAR"] == "r42"
-    assert seen["HOME"] == seen["PULUMI_HOME"] == str(home)
-    ours = {"HOME", "PULUMI_HOME", *request.env}
-    leaked = [
-        name
-        for name in outcome.outputs["envNames"]
-        if name not in ours and name not in INHERITED_ENV and not name.startswith("LC_")
-        # what the CLI sets for its programs (PULUMI_CONFIG, ...) is not the operator's
-        if name in os.environ or not name.startswith("PULUMI_")
-    ]
-    assert leaked == []
-
-
-def test_a_stacks_path_cannot_substitute_the_cli(
-    pulumi_env: PulumiEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The CLI is resolved once, at start-up; ``PATH`` in a Stack's env finds no other."""
-    impostor_dir = tmp_path / "impostor"
-    impostor_dir.mkdir()
-    marker = tmp_path / "impostor-ran"
-    impostor = impostor_dir / "pulumi"
-    impostor.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-    impostor.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{pulumi_env.bin_dir}{os.pathsep}{os.environ['PATH']}")
-    # Imported here: reconcile.setup wires the whole reconciler, which this test does not need.
-    from reconcile.setup import pulumi_command  # noqa: PLC0415
-
-    command = pulumi_command()
-    runner = Runner(command, pulumi_env.home)
-    request = echo_request(
-        pulumi_env,
-        echo_program(tmp_path),
-        tmp_path / "home",
-        env_names=["PATH"],
-        PATH=f"{impostor_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
-    )
-
-    outcome = run(runner, request)
-
-    assert succeeded(outcome)
-    assert Path(command.command) == (pulumi_env.bin_dir / "pulumi").resolve()
-    assert not marker.exists()
-    # The CLI's own directory comes first, so its language host and plugins are found.
-    assert outcome.outputs["env"]["PATH"].split(os.pathsep)[0] == str(Path(command.command).parent)

@@ -1,0 +1,347 @@
+"""One operation for one Stack: its phases, each a ``pulumi`` command, and its ``Outcome``.
+
+Every phase runs the CLI through ``Cli``; the engine operations (refresh, up, preview,
+destroy) all run the same way: with ``--event-log``, followed by an ``EventLog`` whose
+events a ``StepObserver`` turns into progress, the change summary, error diagnostics and
+the stack's outputs. A failed phase raises ``StepFailedError`` with its ``ErrorKind``;
+``failed`` turns that into the outcome, with a scrubbed message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from reconcile import process
+from reconcile.runner import project as projects
+from reconcile.runner.cli import Cli, CliContext, CliError, CliStoppedError
+from reconcile.runner.engine import EventLog, StepObserver, holds_secret
+from reconcile.runner.failures import Phase, StepFailedError, classify
+from reconcile.runner.home import PLUGINS_DIR, make_home
+from reconcile.runner.scrub import Scrubber
+from reconcile.runner.types import (
+    MESSAGE_LIMIT,
+    ErrorKind,
+    Operation,
+    Outcome,
+    Progress,
+    ProgressCallback,
+    Step,
+    UpdateRequest,
+)
+from status.text import truncate
+
+log = structlog.get_logger(__name__)
+
+_TAIL_LINES = 20  # of stderr (or stdout) when the engine sent no error diagnostics
+# Quiet, plain output (it ends up in logs and messages), a local program, the event log.
+_DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.local")
+_PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What every attempt of one runner shares.
+
+    ``binary``: the absolute ``pulumi``. ``plugin_home``: the ``PULUMI_HOME`` holding the
+    plugin store every Stack's home links to, and the home of requests without their own.
+    ``interrupt_grace``: seconds between SIGINT and SIGKILL of an interrupted CLI.
+    """
+
+    binary: str
+    plugin_home: Path
+    interrupt_grace: float
+
+
+class Attempt:
+    """The state one operation's phases share: CLI, scrubber, current observer, times."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        request: UpdateRequest,
+        operation: Operation,
+        stop: threading.Event,
+        on_progress: ProgressCallback,
+    ) -> None:
+        """Prepare to run ``operation`` for ``request`` (nothing runs yet)."""
+        self.settings = settings
+        self.request = request
+        self.operation = operation
+        self.started = _now()
+        self.scrubber = Scrubber(request)
+        # Absolute: the CLI runs in the work dir, and a relative PULUMI_HOME would move.
+        self.home = (request.pulumi_home or settings.plugin_home).absolute()
+        # The update check phones home on every command; PULUMI_HOME is always ours.
+        env = {
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "HOME": str(self.home),
+            **request.env,
+            "PULUMI_HOME": str(self.home),
+        }
+        context = CliContext(
+            settings.binary, request.work_dir, env, stop, settings.interrupt_grace, self._log_line
+        )
+        self.cli = Cli(context)
+        self.on_progress = on_progress
+        self.observer = StepObserver(None, self._report)
+        self.log = log.bind(pulumi_stack=request.stack, operation=operation)
+        self._project: projects.Project | None = None
+
+    @property
+    def project(self) -> projects.Project:
+        """The program's project file; ``PROGRAM_INVALID`` when it is missing or invalid."""
+        if self._project is None:
+            self._project = projects.load_project(self.request.work_dir)
+        return self._project
+
+    # phases ------------------------------------------------------------------------------
+
+    def open_stack(self, *, create: bool) -> None:
+        """Check the project, make the Stack's home, then select (or create) the stack."""
+        self.log.info("Starting pulumi operation", request=repr(self.request))
+        _ = self.project  # fail early, before any CLI call
+        with self._phase("select"):
+            store = self.settings.plugin_home.absolute()
+            if self.home != store:
+                make_home(self.home, store / PLUGINS_DIR)
+            try:
+                self.cli.run(["stack", "select", "--stack", self.request.stack])
+            except CliError as err:
+                if not create or not _not_found(err):
+                    raise
+                provider = self.request.secrets_provider
+                extra = ["--secrets-provider", provider] if provider else []
+                self.cli.run(["stack", "init", *extra, "--stack", self.request.stack])
+
+    def find_stack(self) -> bool:
+        """Select the stack; False when it does not exist."""
+        try:
+            self.open_stack(create=False)
+        except StepFailedError as failure:
+            if failure.kind is ErrorKind.STACK_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def configure(self) -> None:
+        """Make the stack's config match the request: set, encrypt, and drop old keys.
+
+        Plain values are written into the stack's settings file, secret ones are set
+        through ``pulumi config set --secret`` with the value on stdin: no value is ever
+        on a command line. Only keys this runner set before (remembered in a file next to
+        Pulumi.yaml) are removed when the request no longer has them; keys that came with
+        the source stay, and so does everything else in the file (``secure:`` values, the
+        secrets provider's settings).
+        """
+        qualify = projects.qualifier(self.project.name)
+        secrets = {qualify(k): v for k, v in self.request.secret_config.items()}
+        plain = {qualify(k): v for k, v in self.request.config.items()}
+        plain = {k: v for k, v in plain.items() if k not in secrets}
+        keys_file = projects.managed_keys_file(self.request)
+        stale = projects.read_keys(keys_file) - plain.keys() - secrets.keys()
+        with self._phase("config"):
+            if plain or stale:
+                path = projects.stack_file(self.project, self.request.stack)
+                projects.update_stack_file(path, plain, stale)
+            for key, value in secrets.items():
+                # Non-interactive, the CLI reads all of stdin and drops one trailing newline.
+                args = ["config", "set", "--secret", "--stack", self.request.stack, "--", key]
+                self.cli.run(args, stdin=f"{value}\n")
+            keys_file.write_text(json.dumps(sorted(plain.keys() | secrets.keys())) + "\n")
+
+    def refresh(self) -> None:
+        """Refresh (a preview-only one for previews); fail on drift if asked."""
+        args = ["refresh", "--preview-only"] if self.request.preview else ["refresh"]
+        if not self.request.preview:
+            args += ["--skip-preview", "--yes", *self._message()]
+        if self.request.expect_no_refresh_changes:
+            args.append("--expect-no-changes")
+        self._engine("refresh", "refresh", args)
+
+    def up(self) -> Outcome:
+        """Run ``pulumi up``; report its change summary and the stack's outputs.
+
+        The outputs come from the events (the root stack resource's outputs, secrets
+        marked). Only if no event carried them are they read with ``stack output``
+        (without ``--show-secrets``: secrets come back masked).
+        """
+        args = ["up", "--yes", "--skip-preview", *self._message(), *self._targets()]
+        result = self._engine("update", "update", args)
+        outputs = self.observer.stack_outputs
+        if outputs is None:
+            self.log.info("No engine event carried the stack's outputs; reading them")
+            with self._phase("update"):
+                outputs = self._read_outputs()
+        values = {k: self.scrubber.output(v, secret=holds_secret(v)) for k, v in outputs.items()}
+        return self.succeeded(outputs=values, stdout=result.stdout)
+
+    def preview(self) -> Outcome:
+        """Run ``pulumi preview`` (with ``--refresh`` if asked) and report what it would do."""
+        args = ["preview", *self._message(), *self._targets()]
+        if self.request.refresh:
+            args.append("--refresh")
+        result = self._engine("preview", "preview", args)
+        return self.succeeded(stdout=result.stdout)
+
+    def destroy(self, *, remove: bool) -> Outcome:
+        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and its config) when ``remove``."""
+        args = ["destroy", "--skip-preview", "--yes", *self._message()]
+        result = self._engine("destroy", "destroy", args)
+        changes = self.observer.changes
+        if remove:
+            with self._phase("destroy"):
+                # Finishing what the destroy began: it runs even once stop is set.
+                self.cli.run(
+                    ["stack", "rm", "--yes", "--stack", self.request.stack], interruptible=False
+                )
+            projects.managed_keys_file(self.request).unlink(missing_ok=True)
+        return self.succeeded(changes=changes, stdout=result.stdout)
+
+    def cancel(self) -> None:
+        """``pulumi cancel --yes``: end the stack's update in flight, releasing its lock."""
+        with self._phase("cancel"):
+            self.cli.run(["cancel", "--yes", "--stack", self.request.stack])
+
+    # outcomes ----------------------------------------------------------------------------
+
+    def succeeded(
+        self,
+        *,
+        changes: Mapping[str, int] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        stdout: str = "",
+        note: str = "",
+    ) -> Outcome:
+        """The outcome of a successful operation (changes: the last step's by default)."""
+        outcome = Outcome(
+            operation=self.operation,
+            succeeded=True,
+            error=ErrorKind.NONE,
+            message=note,
+            outputs=dict(outputs or {}),
+            resource_changes=dict(self.observer.changes if changes is None else changes),
+            permalink=_permalink(stdout),
+            started=self.started,
+            ended=_now(),
+        )
+        self.log.info("Pulumi operation succeeded", changes=outcome.resource_changes)
+        return outcome
+
+    def failed(self, failure: StepFailedError) -> Outcome:
+        """The outcome of a failed operation, with a scrubbed message."""
+        last = self.cli.last
+        message = self.scrubber.scrub(self._failure_text(failure))
+        outcome = Outcome(
+            operation=self.operation,
+            succeeded=False,
+            error=failure.kind,
+            message=truncate(message, MESSAGE_LIMIT, "…"),
+            outputs={},
+            resource_changes=self.observer.changes,
+            permalink=_permalink(last.stdout if last else ""),
+            started=self.started,
+            ended=_now(),
+        )
+        self.log.warning("Pulumi operation failed", phase=failure.phase, error=str(outcome.error))
+        return outcome
+
+    # helpers -----------------------------------------------------------------------------
+
+    def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Result:
+        """Run an engine operation with its events followed and observed."""
+        with self._phase(phase, step) as observer, EventLog(observer.on_event) as events:
+            tail = [*_DISPLAY, "--event-log", str(events), "--stack", self.request.stack]
+            return self.cli.run([*args, *tail])
+
+    @contextlib.contextmanager
+    def _phase(self, phase: Phase, step: Step | None = None) -> Iterator[StepObserver]:
+        """Run a phase: observe its events and turn its failure into ``StepFailedError``."""
+        if step is not None:
+            self.observer = StepObserver(step, self._report)
+        try:
+            yield self.observer
+        except (CliError, CliStoppedError, OSError, ValueError) as err:
+            self.log.debug("Pulumi phase failed", phase=phase, exc_type=type(err).__name__)
+            raise StepFailedError(phase, self._classify(err, phase)) from err
+        finally:
+            self.observer.flush()
+
+    def _classify(self, err: Exception, phase: Phase) -> ErrorKind:
+        if self.cli.interrupted or isinstance(err, CliStoppedError):
+            return ErrorKind.INTERRUPTED
+        if not isinstance(err, CliError):
+            return classify(phase, "", "")
+        stderr = "\n".join([err.result.stderr, *self.observer.errors])
+        return classify(phase, err.result.stdout, stderr)
+
+    def _failure_text(self, failure: StepFailedError) -> str:
+        """The engine's error diagnostics, else the CLI's last lines, else the exception."""
+        cause = failure.__cause__
+        if isinstance(cause, CliStoppedError):
+            return f"interrupted by the operator before `pulumi {cause.words}` started"
+        text = failure.detail or "\n".join(self.observer.errors) or self._output_tail()
+        if not text and cause is not None:
+            text = f"{type(cause).__name__}: {cause}".splitlines()[0]
+        if failure.kind is ErrorKind.INTERRUPTED:
+            return f"{failure.phase} interrupted by the operator" + (f"\n{text}" if text else "")
+        return text
+
+    def _output_tail(self) -> str:
+        last = self.cli.last
+        if last is None:
+            return ""
+        for stream in (last.stderr, last.stdout):
+            lines = [line for line in stream.splitlines() if line.strip()]
+            if lines:
+                return "\n".join(lines[-_TAIL_LINES:])
+        return ""
+
+    def _read_outputs(self) -> dict[str, Any]:
+        """The stack's outputs from ``pulumi stack output --json``, secrets as ``"[secret]"``."""
+        args = ["stack", "output", "--json", "--stack", self.request.stack]
+        result = self.cli.run(args, interruptible=False)
+        outputs = json.loads(result.stdout or "{}")
+        if not isinstance(outputs, dict):
+            msg = "`pulumi stack output --json` did not print an object"
+            raise ValueError(msg)  # noqa: TRY004 - _phase turns ValueError into a failure
+        return outputs
+
+    def _message(self) -> list[str]:
+        return ["--message", self.request.message] if self.request.message else []
+
+    def _targets(self) -> list[str]:
+        return [arg for target in self.request.targets for arg in ("--target", target)]
+
+    def _log_line(self, line: str) -> None:
+        if line.strip():
+            self.log.debug("pulumi", line=self.scrubber.scrub(line))
+
+    def _report(self, progress: Progress) -> None:
+        try:
+            self.on_progress(progress)
+        except Exception:  # the event follower's thread must never see it
+            self.log.exception("Progress callback failed")
+
+
+def _not_found(err: CliError) -> bool:
+    return classify("select", err.result.stdout, err.result.stderr) is ErrorKind.STACK_NOT_FOUND
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _permalink(stdout: str) -> str | None:
+    """The update's web page, which Pulumi Cloud backends print after an operation."""
+    found = _PERMALINK.search(stdout)
+    return found.group(1) if found else None
