@@ -17,7 +17,9 @@ Every write sets ``status.observedGeneration`` and each condition's ``observedGe
 to the generation being reported on. ``lastTransitionTime`` moves only when a condition's
 ``status`` changes (a new reason or message alone keeps it). Conditions are kept in a fixed
 order (Stalled, Reconciling, Ready, then any others) so identical states serialise
-identically and an unchanged status costs no write. Messages are cut to the API limit.
+identically and an unchanged status costs no write. Messages are cut to the API limit
+(32768; counted in UTF-8 bytes, which is never more characters than the API counts).
+These are status contract rules 2-12 (``docs/status-contract.md``) as far as one status goes.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from status.text import truncate
+
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 ORDER = (STALLED, RECONCILING, READY)
 MAX_MESSAGE = 32768
+"""metav1.Condition's limit on ``message``; longer messages are cut to this many UTF-8 bytes."""
+TRUNCATED = "… [truncated]"
+"""The end of a cut message."""
 
 Status = dict[str, Any]
 
@@ -65,13 +72,6 @@ def now_rfc3339(now: datetime.datetime) -> str:
     return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _truncate(message: str) -> str:
-    if len(message) <= MAX_MESSAGE:
-        return message
-    marker = "… [truncated]"
-    return message[: MAX_MESSAGE - len(marker)] + marker
-
-
 def get_condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     """The condition of ``type_`` in ``status``, or None."""
     for condition in status.get("conditions") or ():
@@ -97,7 +97,7 @@ def _set(  # noqa: PLR0913 - one condition's fields, all required
         "type": type_,
         "status": value,
         "reason": str(reason),
-        "message": _truncate(message),
+        "message": truncate(message, MAX_MESSAGE, TRUNCATED),
         "observedGeneration": generation,
         "lastTransitionTime": now_rfc3339(now) if changed else old["lastTransitionTime"],  # type: ignore[index]
     }

@@ -2,22 +2,9 @@
 
 ``EventRecorder.post(obj, type_, reason, message)`` records a core/v1 Event regarding ``obj``
 and returns at once. Callers post only on transitions and on update start/finish; the
-recorder adds what client-go's ``EventCorrelator`` (``tools/record/events_cache.go``) adds
-to every Go controller, with the same defaults:
-
-- **Dedupe.** An event identical to a recent one (same involved object, type, reason,
-  message and source) raises that Event's ``count`` and ``lastTimestamp`` with a PATCH
-  instead of creating another object. The object's ``resourceVersion`` is not part of the
-  identity, so status writes in between do not defeat it.
-- **Aggregation.** Events about one object with the same type and reason but different
-  messages are grouped. When a group reaches 10 distinct messages, no more than 600 s apart
-  (the window slides with each event), that event and later ones become one Event whose
-  message is ``"(combined from similar events): <latest message>"`` and whose count rises.
-- **Spam filter.** Per involved object and source, a token bucket of burst 25 refilled at
-  one token per 300 s. It runs after dedupe, so count-raising PATCHes spend tokens too; an
-  event over the limit is dropped, but dedupe has already counted it, so the next PATCH
-  that goes through carries the full count (client-go does the same).
-- LRU caches of 4096 keys each for dedupe, aggregation and the buckets.
+recorder adds what client-go's ``EventCorrelator`` adds to every Go controller, with the
+same defaults: dedupe into a rising ``count``, aggregation of similar messages, a per-object
+spam filter (``status.correlator``, which also says exactly how).
 
 Correlation is in-memory and runs inside ``post()`` under the recorder's lock, with the
 injected ``Clock``; only the API writes go to one background thread, through a FIFO queue
@@ -26,22 +13,24 @@ is dropped, so a slow or unreachable apiserver never blocks a reconcile. Event n
 chosen here (``<object>.<hex nanoseconds>``, as in client-go), so a PATCH can be queued
 behind the CREATE it depends on, and a repeated CREATE that meets 409 is known to be ours.
 
-Writes and retries: a PATCH answered 404 (the Event expired after the apiserver's
-``--event-ttl``, 1 h by default) re-creates the Event under the same name with the current
-count. Connection errors, 429 and 5xx are tried ``MAX_TRIES`` (4) times in all, waiting a
-random fraction of ``RETRY_INTERVAL`` (2 s) before the second try and the full interval
-before later ones (client-go: 12 tries 10 s apart, which keeps one event in flight for two
-minutes while newer ones queue up). Other answers are not retried. Each request times out
-after ``REQUEST_TIMEOUT`` (10 s). An event that still fails is logged and dropped.
+Writes and retries: a repeat is a PATCH of ``count``, ``lastTimestamp`` and ``message``; a
+PATCH answered 404 (the Event expired after the apiserver's ``--event-ttl``, 1 h by default)
+re-creates the Event under the same name with the current count. Connection errors, 429 and
+5xx are tried ``MAX_TRIES`` (4) times in all, waiting a random fraction of
+``RETRY_INTERVAL`` (2 s) before the second try and the full interval before later ones
+(client-go: 12 tries 10 s apart, which keeps one event in flight for two minutes while newer
+ones queue up). Other answers are not retried. Each request times out after
+``REQUEST_TIMEOUT`` (10 s). An event that still fails is logged and dropped.
 
 Guarantees: ``post()`` never raises and never waits for the apiserver. Posts from one thread
 are written in order. Messages are cut to 1024 bytes of UTF-8 (so also 1024 characters),
 reason, action and reporting instance to 128. The Event lives in the object's namespace
-(``default`` for cluster-scoped objects), its timestamps are aware UTC, and it carries
-``source.component`` and ``reportingComponent`` ``pulumi-stack-operator``,
-``reportingInstance``, ``action`` and a full ``involvedObject`` (apiVersion, kind, name,
-namespace, uid, resourceVersion). ``eventTime`` is left unset, as client-go's core/v1
-recorder does, which keeps the apiserver's MicroTime parsing out of the way.
+(``default`` for cluster-scoped objects), its timestamps are aware UTC (the clock's
+``wall()``), and it carries ``source.component`` and ``reportingComponent``
+``pulumi-stack-operator``, ``reportingInstance``, ``action`` and a full ``involvedObject``
+(apiVersion, kind, name, namespace, uid, resourceVersion). ``eventTime`` is left unset, as
+client-go's core/v1 recorder does, which keeps the apiserver's MicroTime parsing out of the
+way.
 
 Metrics (in the registry given to the constructor; a private one otherwise):
 ``pulumi_stack_events_total{type,result}`` counts posts of a valid type by outcome:
@@ -55,14 +44,13 @@ leaves both unchanged.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import datetime
 import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import structlog
 from kubernetes import client
@@ -71,21 +59,15 @@ from urllib3.exceptions import HTTPError
 
 from controller.clock import Clock, RealClock
 from controller.retry import is_transient
+from status.correlator import EventCorrelator, Occurrence, Write, truncate_message
+from status.eventref import ObjectRef
 from status.text import truncate
 
 log = structlog.get_logger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
 COMPONENT = "pulumi-stack-operator"
-MAX_MESSAGE = 1024
 MAX_FIELD = 128  # reason, action, reportingInstance
-
-CACHE_SIZE = 4096
-AGGREGATE_MAX_EVENTS = 10
-AGGREGATE_INTERVAL = 600.0
-SPAM_BURST = 25
-SPAM_REFILL = 1.0 / 300.0  # tokens per second
-COMBINED_PREFIX = "(combined from similar events): "
 
 QUEUE_SIZE = 1000
 MAX_TRIES = 4
@@ -98,9 +80,6 @@ _STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 _WRITTEN = ("created", "patched")
 _RESULTS = (*_WRITTEN, "failed", "dropped")
 _DROP_REASONS = ("rate_limited", "queue_full", "closed", "invalid")
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class EventSink(Protocol):
@@ -125,185 +104,6 @@ class EventSink(Protocol):
         ...
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """The involved object of an Event, as read from the object at post time."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str
-    uid: str
-    resource_version: str
-
-    @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
-        """The reference to ``obj`` (a raw API object); KeyError without metadata.name."""
-        meta = obj["metadata"]
-        return cls(
-            api_version=str(obj.get("apiVersion") or ""),
-            kind=str(obj.get("kind") or ""),
-            name=str(meta["name"]),
-            namespace=str(meta.get("namespace") or ""),
-            uid=str(meta.get("uid") or ""),
-            resource_version=str(meta.get("resourceVersion") or ""),
-        )
-
-    def identity(self) -> tuple[str, ...]:
-        """What names the object for correlation: everything but the resourceVersion."""
-        return (self.api_version, self.kind, self.namespace, self.name, self.uid)
-
-    def to_model(self) -> client.V1ObjectReference:
-        """The ``involvedObject`` field."""
-        return client.V1ObjectReference(
-            api_version=self.api_version or None,
-            kind=self.kind or None,
-            name=self.name,
-            namespace=self.namespace or None,
-            uid=self.uid or None,
-            resource_version=self.resource_version or None,
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Occurrence:
-    """One call of ``post()``, with its fields already cut to the API's limits."""
-
-    ref: ObjectRef
-    type: str
-    reason: str
-    message: str
-    action: str
-    stamp: datetime.datetime
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Write:
-    """What the correlator decided to send: create ``name`` (count 1) or raise its count."""
-
-    occurrence: Occurrence
-    name: str
-    count: int
-    first: datetime.datetime
-
-    @property
-    def namespace(self) -> str:
-        """The Event's namespace: the object's, or ``default`` for cluster-scoped objects."""
-        return self.occurrence.ref.namespace or "default"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Seen:
-    """Dedupe record: the Event that stands for a key, and how often the key occurred."""
-
-    name: str
-    count: int
-    first: datetime.datetime
-
-
-@dataclasses.dataclass(slots=True)
-class _Group:
-    """Aggregation record: distinct messages seen (insertion-ordered) and the last time."""
-
-    messages: dict[str, None]
-    last: float
-
-
-@dataclasses.dataclass(slots=True)
-class _Bucket:
-    """Spam-filter token bucket: ``tokens`` available as of ``last``."""
-
-    tokens: float
-    last: float
-
-
-class _LRU(Generic[K, V]):
-    """A dict that forgets its least recently used key beyond ``size`` keys."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: collections.OrderedDict[K, V] = collections.OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
-
-
-def _utc_now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def _truncate_message(message: str) -> str:
-    return truncate(message, MAX_MESSAGE, "…")
-
-
-class EventCorrelator:
-    """Dedupe, aggregation and spam filter of client-go's ``EventCorrelator`` (see module doc).
-
-    Pure bookkeeping: no I/O, time from the ``now`` argument (monotonic seconds). Not
-    thread-safe; the recorder calls it under its lock. ``name_for`` picks the name of each
-    new Event.
-    """
-
-    def __init__(self, name_for: Callable[[ObjectRef], str]) -> None:
-        """Start with empty caches."""
-        self._name_for = name_for
-        # Each keyed by tuples of strings; dedupe keys are tagged "event" or "aggregate".
-        self._seen: _LRU[tuple[str, ...], _Seen] = _LRU(CACHE_SIZE)
-        self._groups: _LRU[tuple[str, ...], _Group] = _LRU(CACHE_SIZE)
-        self._buckets: _LRU[tuple[str, ...], _Bucket] = _LRU(CACHE_SIZE)
-
-    def correlate(self, occurrence: Occurrence, now: float) -> Write | None:
-        """The write for ``occurrence`` at ``now``, or None if the spam filter drops it."""
-        occurrence, key = self._aggregate(occurrence, now)
-        write = self._observe(occurrence, key)
-        return write if self._allow(occurrence.ref, now) else None
-
-    def _aggregate(self, occ: Occurrence, now: float) -> tuple[Occurrence, tuple[str, ...]]:
-        group_key = (*occ.ref.identity(), occ.type, occ.reason)
-        group = self._groups.get(group_key)
-        if group is None or now - group.last > AGGREGATE_INTERVAL:
-            group = _Group(messages={}, last=now)
-        group.messages[occ.message] = None
-        group.last = now
-        self._groups.put(group_key, group)
-        if len(group.messages) < AGGREGATE_MAX_EVENTS:
-            return occ, ("event", *group_key, occ.message)
-        # Keep the set below the threshold, so each new distinct message aggregates again
-        # (client-go pops an arbitrary element; we pop the oldest).
-        del group.messages[next(iter(group.messages))]
-        combined = _truncate_message(COMBINED_PREFIX + occ.message)
-        return dataclasses.replace(occ, message=combined), ("aggregate", *group_key)
-
-    def _observe(self, occ: Occurrence, key: tuple[str, ...]) -> Write:
-        seen = self._seen.get(key)
-        if seen is None:
-            seen = _Seen(name=self._name_for(occ.ref), count=1, first=occ.stamp)
-        else:
-            seen = dataclasses.replace(seen, count=seen.count + 1)
-        self._seen.put(key, seen)
-        return Write(occurrence=occ, name=seen.name, count=seen.count, first=seen.first)
-
-    def _allow(self, ref: ObjectRef, now: float) -> bool:
-        key = ref.identity()
-        bucket = self._buckets.get(key) or _Bucket(tokens=float(SPAM_BURST), last=now)
-        bucket.tokens = min(float(SPAM_BURST), bucket.tokens + (now - bucket.last) * SPAM_REFILL)
-        bucket.last = now
-        allowed = bucket.tokens >= 1.0
-        if allowed:
-            bucket.tokens -= 1.0
-        self._buckets.put(key, bucket)
-        return allowed
-
-
 class EventRecorder:
     """Correlates Events in ``post()`` and writes them on a background thread.
 
@@ -313,26 +113,24 @@ class EventRecorder:
     so a recorder that is never closed does not keep the process alive.
     """
 
-    def __init__(  # noqa: PLR0913 - each collaborator is injectable for tests
+    def __init__(
         self,
         api_client: client.ApiClient | None,
         instance: str | None = None,
         *,
         registry: CollectorRegistry | None = None,
         clock: Clock | None = None,
-        wall: Callable[[], datetime.datetime] = _utc_now,
         sink: EventSink | None = None,
     ) -> None:
         """Post through ``api_client`` (or ``sink``) as ``pulumi-stack-operator``/``instance``.
 
         ``instance`` (default: the host name) becomes ``reportingInstance``. ``clock``
-        drives the correlation windows, the buckets and the retry waits; ``wall`` (aware
-        UTC) stamps ``firstTimestamp``/``lastTimestamp``.
+        drives the correlation windows, the buckets and the retry waits (``now()``) and
+        stamps ``firstTimestamp``/``lastTimestamp`` (``wall()``).
         """
         self._sink: EventSink = sink if sink is not None else client.CoreV1Api(api_client)
         self._instance = truncate(instance or socket.gethostname(), MAX_FIELD)
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._wall = wall
         self._correlator = EventCorrelator(self._name_for)
         self._last_suffix = 0
         # _cond guards the correlator, _queue (FIFO, at most QUEUE_SIZE writes), _busy (the
@@ -398,9 +196,9 @@ class EventRecorder:
             ref=ObjectRef.of(obj),
             type=type_,
             reason=truncate(reason, MAX_FIELD),
-            message=_truncate_message(message),
+            message=truncate_message(message),
             action=truncate(action or reason, MAX_FIELD),
-            stamp=self._wall().astimezone(datetime.UTC),
+            stamp=self._clock.wall().astimezone(datetime.UTC),
         )
         with self._cond:
             drop = self._enqueue(occurrence)

@@ -15,7 +15,8 @@ Per-Stack series carry only ``namespace`` and ``name`` (and condition ``type``/`
 ``reason`` appears only on the transition counter, which has no per-Stack labels — it is a
 closed set (``status.conditions.Reason``), so cardinality stays bounded. Every family is
 registered when the operator starts; the transition counter and the result-labelled
-series start at zero so that ``rate()`` works from the first scrape.
+series start at zero so that ``rate()`` works from the first scrape. Status contract rules
+23-28 (``docs/status-contract.md``).
 """
 
 from __future__ import annotations

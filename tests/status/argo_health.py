@@ -1,10 +1,11 @@
 """Argo CD's built-in ``pulumi.com/Stack`` health check, encoded in Python as documented.
 
 Role: say what Argo CD shows for a Stack (Healthy / Progressing / Degraded), so tests can
-check that every status the operator writes reads as intended there too. The check is
+check that every status the operator writes reads as intended there too. A port, written
+for this project, of the public Argo CD health check
 ``resource_customizations/pulumi.com/Stack/health.lua`` in ``argoproj/argo-cd`` (added by
-PR #28534; releases cut after that merge carry it, older ones need the ``argocd-cm`` snippet
-of pulumi-kubernetes-operator PR #1263).
+PR #28534, merged in July 2026; releases cut after that merge carry it, older ones need the
+``argocd-cm`` snippet of pulumi-kubernetes-operator PR #1263).
 
 No Lua text is available from a package here, so the rules are encoded from the health
 check's published description, in the Lua's order:
@@ -24,7 +25,8 @@ Guarantees: a pure function that never modifies its input. Values compare the wa
 (gopher-lua, which Argo CD embeds) compares them: numbers numerically, otherwise only equal
 values of the same type (``true ~= 1``, ``"1" ~= 1``); ``ipairs`` stops at the first null
 condition; a non-table condition has no fields. Only the Stalled message is stated by the
-reference; the punctuation of the synthesized messages may differ from the Lua's.
+published description; the punctuation of the synthesized messages may differ from the
+Lua's.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Role: say what kstatus-based tools (Flux health checks, Helm 4 ``--wait``, cli-utils pollers,
 ``kpt live status``) conclude from one object, so tests can check that every status the
-operator writes reads as intended. Ported from ``kubernetes-sigs/cli-utils``
-``pkg/kstatus/status`` (Flux's fork ``fluxcd/cli-utils`` is algorithmically identical), as
-described in the status conventions reference, §1:
+operator writes reads as intended. A port, written for this project, of the Go package
+``pkg/kstatus/status`` of the public ``kubernetes-sigs/cli-utils`` repository as of commit
+5895ad6 (October 2025); Flux's fork ``fluxcd/cli-utils`` (May 2026), which Flux and Helm 4's
+``--wait`` use, is algorithmically identical there:
 
 - ``compute`` is ``Compute`` (status.go): ``check_generic_properties``
   (``checkGenericProperties``, generic.go: deletionTimestamp, then ``check_generation``
@@ -26,8 +27,9 @@ non-list ``conditions``, a non-object condition or a non-string type/status/reas
 is an error.
 
 Left out: the built-in kinds' rules (``GetLegacyConditionsFn``, core.go), which never apply
-to a custom resource, and ``Augment``. Messages of the Ready fallback follow the reference
-note; only statuses and synthesized condition reasons are part of the upstream test vectors.
+to a custom resource, and ``Augment``. Messages of the Ready fallback are our reading of the
+Go code; only statuses and synthesized condition reasons are part of the upstream test
+vectors.
 """
 
 from __future__ import annotations

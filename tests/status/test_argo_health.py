@@ -1,4 +1,4 @@
-"""The Argo CD ``pulumi.com/Stack`` health check follows the rules of status-conventions §4.5."""
+"""The Argo CD ``pulumi.com/Stack`` health check port follows the rules its module states."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ STALLED = cond("Stalled", "True", "spec.stack is empty")
 def test_health_follows_the_documented_rules(
     obj: dict[str, Any], expected: HealthStatus, message: str
 ) -> None:
-    """Each rule of §4.5 (and the upstream fixture names) gives the documented health."""
+    """Each rule of the health check (and the upstream fixture names) gives its health."""
     assessed = argo_health.health(obj)
     assert assessed.status is expected
     assert assessed.message == message

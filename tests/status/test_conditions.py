@@ -1,4 +1,4 @@
-"""The condition functions keep the kstatus contract (G4, G5, G7, G10, G12)."""
+"""The condition functions keep the kstatus contract (status contract rules 4, 5, 7, 10, 12)."""
 
 from __future__ import annotations
 
@@ -90,9 +90,30 @@ def test_input_is_not_mutated() -> None:
 
 
 def test_long_messages_are_truncated_to_the_api_limit() -> None:
-    """A 40000-character error still fits the 32768 limit."""
+    """A 40000-character error still fits the 32768 limit, and says it was cut."""
     status = c.stalled({}, 1, Reason.UPDATE_FAILED, "x" * 40000, T0)
     assert all(len(x["message"]) <= c.MAX_MESSAGE for x in status["conditions"])
+    assert all(x["message"].endswith(c.TRUNCATED) for x in status["conditions"])
+
+
+@pytest.mark.parametrize("char", ["x", "\u00e9", "\u20ac", "\U0001f600"])
+def test_a_cut_message_fits_in_bytes_and_keeps_whole_characters(char: str) -> None:
+    """Cut by UTF-8 bytes (stricter than the API's character count), never inside a character."""
+    message = char * (c.MAX_MESSAGE + 1)
+    ready = c.get_condition(c.succeeded({}, 1, message, T0), READY)
+    assert ready is not None
+    cut = ready["message"]
+    assert len(cut.encode()) <= c.MAX_MESSAGE
+    assert len(cut.encode()) > c.MAX_MESSAGE - len(char.encode()) - len(c.TRUNCATED.encode())
+    assert cut == char * (len(cut) - len(c.TRUNCATED)) + c.TRUNCATED
+
+
+def test_a_message_at_the_limit_is_kept_whole() -> None:
+    """Exactly 32768 bytes is not cut."""
+    message = "x" * c.MAX_MESSAGE
+    ready = c.get_condition(c.succeeded({}, 1, message, T0), READY)
+    assert ready is not None
+    assert ready["message"] == message
 
 
 @pytest.mark.parametrize("reason", list(Reason))

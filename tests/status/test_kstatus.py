@@ -1,4 +1,9 @@
-"""The kstatus port reproduces upstream ``Compute`` on the edge cases of status-conventions §1.5."""
+"""The kstatus port reproduces upstream ``Compute``: its CR test vectors and the edge cases.
+
+The edge cases follow from the Go code (deletion first, then the generation check, then
+Reconciling/Stalled in list order, then the Ready fallback, then Current) and from the
+polling layer (NotFound, and Unknown for any error ``Compute`` returns).
+"""
 
 from __future__ import annotations
 
@@ -154,7 +159,7 @@ STALLED = cond("Stalled", "True", "InvalidSpec", "spec.stack is empty")
 def test_read_status_covers_the_edge_cases(
     obj: dict[str, Any] | None, expected: KStatus, reason: str | None
 ) -> None:
-    """Each §1.5 case gives kstatus's result and the reason of the condition it reports."""
+    """Each edge case gives kstatus's result and the reason of the condition it reports."""
     result = kstatus.read_status(obj)
     assert result.status is expected, result.message
     if reason is not None:

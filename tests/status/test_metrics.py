@@ -1,4 +1,7 @@
-"""StackMetrics mirrors API state, counts transitions in lockstep, and forgets deleted Stacks."""
+"""StackMetrics mirrors API state, counts transitions in lockstep, forgets deleted Stacks.
+
+Status contract rules 23-25, 27 and 28 at the unit level; end to end in tests/e2e.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from controller.cache import ObjectKey
 from status import conditions as c
@@ -103,3 +107,47 @@ def test_updates_record_duration_and_resource_changes() -> None:
     assert registry.get_sample_value("pulumi_stack_update_duration_seconds_count", labels) == 1
     changes = {"operation": "up", "change": "create"}
     assert registry.get_sample_value("pulumi_stack_resource_changes_total", changes) == 2
+
+
+def test_duration_histograms_reach_hours_and_count_each_observation_once() -> None:
+    """Buckets run from under a second to 4 h (Pulumi runs are long); one call, one sample."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    metrics.observe_reconcile("success", 5400.0)
+    histograms = [
+        family
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        if family.type == "histogram"
+    ]
+    assert len(histograms) == 2  # reconcile and update durations
+    for family in histograms:
+        bounds = sorted(float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket"))
+        finite = [b for b in bounds if b != float("inf")]
+        assert finite[0] <= 1, family.name
+        assert finite[-1] >= 4 * 3600, family.name
+    count = "pulumi_stack_reconcile_duration_seconds_count"
+    assert registry.get_sample_value(count, {"result": "success"}) == 1
+    assert registry.get_sample_value(count, {"result": "error"}) == 0
+
+
+def test_per_stack_series_carry_only_bounded_labels() -> None:
+    """Per-Stack series: namespace, name, type, status only; reason only without per-Stack labels.
+
+    Every reason label value is one of ``Reason`` (a closed set), so cardinality is bounded.
+    """
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    status = c.stalled({}, 1, Reason.INVALID_SPEC, "spec.stack: not a stack name 'a b'", T0)
+    metrics.observe(stack(status))
+    metrics.record_transitions({}, status)
+    metrics.observe_update("up", "failed", 1.0, {"create": 1})
+    metrics.observe_reconcile("error", 0.1)
+    per_stack = {"namespace", "name", "type", "status"}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            labels = set(sample.labels) - {"le"}
+            if {"namespace", "name"} & labels:
+                assert labels <= per_stack, (sample.name, labels)
+            if "reason" in labels:
+                assert not {"namespace", "name"} & labels, sample.name
+                assert sample.labels["reason"] in {r.value for r in Reason}

@@ -1,0 +1,186 @@
+"""The values a parsed Stack spec is made of, and the error that refuses one.
+
+Role: the typed, frozen result of ``reconcile.spec.parse_spec`` (``StackSpec`` and its parts)
+and ``SpecError``. Nothing here reads a raw spec.
+
+Guarantees: every value is immutable (frozen dataclasses, read-only mappings, tuples); each
+enforces its own invariant even when built by hand; ``repr`` never shows a literal
+``ResourceRef`` value (they are often credentials), so a ``StackSpec`` is safe to log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+MIN_RESYNC_SECONDS: Final = 60
+"""Floor of ``resyncFrequencySeconds``: 0, unset and 1-59 all mean 60 (as PKO does)."""
+
+DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 86400
+"""Default cap on the delay between retries of a failed update (24 h, as PKO v2)."""
+
+
+class SpecError(ValueError):
+    """A Stack spec the operator refuses.
+
+    ``str(err)`` is ``"<path>: <problem and fix>"``; ``path`` and ``problem`` hold the parts.
+    Terminal: retrying does not help until the spec changes.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        """Refuse the field at ``path`` (``spec.envRefs[HOME].type``) because of ``problem``."""
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class SecretKeyRef:
+    """One key of a Secret in the Stack's own namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ResourceRef:
+    """Where a value comes from: exactly one of a Secret key or a literal.
+
+    ``repr`` masks literal values (they are often credentials).
+    """
+
+    secret: SecretKeyRef | None = None
+    literal: str | None = None
+
+    def __post_init__(self) -> None:
+        """Enforce "exactly one source"."""
+        if (self.secret is None) == (self.literal is None):
+            msg = "a ResourceRef holds exactly one of secret or literal"
+            raise ValueError(msg)
+
+    def __repr__(self) -> str:
+        """Show the Secret reference, never a literal value."""
+        if self.secret is not None:
+            return f"ResourceRef(secret={self.secret!r})"
+        return "ResourceRef(literal='***')"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GitAuth:
+    """Credentials for the git remote, reduced to the one method PKO would use.
+
+    When a spec sets several methods the precedence is ssh > token > basic (as PKO's
+    ``resolveGitAuth``); only the winner's refs are kept. ``ssh_password`` is optional;
+    ``username`` and ``password`` come together.
+    """
+
+    access_token: ResourceRef | None = None
+    ssh_private_key: ResourceRef | None = None
+    ssh_password: ResourceRef | None = None
+    username: ResourceRef | None = None
+    password: ResourceRef | None = None
+
+    def __post_init__(self) -> None:
+        """Enforce "exactly one complete method"."""
+        ssh = self.ssh_private_key is not None
+        token = self.access_token is not None
+        basic = self.username is not None and self.password is not None
+        partial = (self.username is None) != (self.password is None)
+        if ssh + token + basic != 1 or partial or (self.ssh_password is not None and not ssh):
+            msg = (
+                "GitAuth holds exactly one method: ssh key (+ password), token, or user + password"
+            )
+            raise ValueError(msg)
+
+    @property
+    def method(self) -> Literal["ssh", "token", "basic"]:
+        """Which method these credentials use."""
+        if self.ssh_private_key is not None:
+            return "ssh"
+        if self.access_token is not None:
+            return "token"
+        return "basic"
+
+    def refs(self) -> tuple[ResourceRef, ...]:
+        """Every ref these credentials hold."""
+        candidates = (
+            self.access_token,
+            self.ssh_private_key,
+            self.ssh_password,
+            self.username,
+            self.password,
+        )
+        return tuple(ref for ref in candidates if ref is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Prerequisite:
+    """A Stack in the same namespace that must be Ready, optionally recently successful."""
+
+    name: str
+    succeeded_within: float | None = None
+    """Seconds: the prerequisite's last success may be at most this old (None: any age)."""
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    """A validated Stack spec (see ``parse_spec``).
+
+    Mappings are read-only copies. ``resync_frequency_seconds`` is the effective period
+    (at least 60), ``retry_max_backoff_duration_seconds`` the effective cap (default 86400),
+    ``timeout_seconds`` the per-run deadline the spec asks for (None: the operator's default).
+    """
+
+    stack: str
+    backend: str | None = None
+    project_repo: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    repo_dir: str | None = None
+    git_auth: GitAuth | None = None
+    config: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    secrets_ref: Mapping[str, ResourceRef] = field(default_factory=_empty, hash=False)
+    env_refs: Mapping[str, ResourceRef] = field(default_factory=_empty, hash=False)
+    secrets_provider: str | None = None
+    refresh: bool = False
+    expect_no_refresh_changes: bool = False
+    preview: bool = False
+    use_local_stack_only: bool = False
+    destroy_on_finalize: bool = False
+    continue_resync_on_commit_match: bool = False
+    retry_on_update_conflict: bool = False
+    suspend: bool = False
+    targets: tuple[str, ...] = ()
+    prerequisites: tuple[Prerequisite, ...] = ()
+    resync_frequency_seconds: int = MIN_RESYNC_SECONDS
+    retry_max_backoff_duration_seconds: int = DEFAULT_RETRY_MAX_BACKOFF_SECONDS
+    timeout_seconds: int | None = None
+    """Deadline of one run in seconds, overriding the operator's default (None: the default)."""
+
+    def __post_init__(self) -> None:
+        """Keep the mappings read-only even when a caller passes plain dicts."""
+        for name in ("config", "secrets_ref", "env_refs"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def tracks_branch(self) -> bool:
+        """True when the Stack follows a branch (polled every resync), not a pinned commit."""
+        return self.branch is not None
+
+
+def referenced_secrets(spec: StackSpec) -> frozenset[str]:
+    """Names of the Secrets (in the Stack's namespace) that a run of ``spec`` reads.
+
+    Every ``type: Secret`` ref of ``envRefs``, ``secretsRef`` and ``gitAuth`` (the method that
+    wins PKO's precedence; the others are never read). ``config`` holds values, not refs.
+    """
+    refs = [*spec.secrets_ref.values(), *spec.env_refs.values()]
+    if spec.git_auth is not None:
+        refs.extend(spec.git_auth.refs())
+    return frozenset(ref.secret.name for ref in refs if ref.secret is not None)

@@ -1,0 +1,268 @@
+"""``parse_spec``: a raw Stack ``spec`` in, a validated ``StackSpec`` out.
+
+Role: the assembly. It knows which fields exist (``SPEC_FIELDS``), refuses PKO's deprecated
+and not-yet-supported fields, reads the program source (``projectRepo`` with ``commit`` or
+``branch``, ``repoDir``), prerequisites, periods and flags itself, and delegates config,
+refs, the repository URL and the stack/backend pair to their modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from types import MappingProxyType
+from typing import Any, Final
+
+from reconcile.gitref import branch_name, is_commit
+from reconcile.spec.backend_rules import read_secrets_provider, read_stack_and_backend
+from reconcile.spec.config import check_no_overlap, config_key, read_config
+from reconcile.spec.durations import parse_go_duration
+from reconcile.spec.fields import (
+    SPEC,
+    FieldPath,
+    is_set,
+    read_bool,
+    read_int,
+    read_list,
+    read_object,
+    read_string,
+    read_strings,
+    required_string,
+)
+from reconcile.spec.model import (
+    DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
+    MIN_RESYNC_SECONDS,
+    Prerequisite,
+    SpecError,
+    StackSpec,
+)
+from reconcile.spec.repo_url import check_repo_url
+from reconcile.spec.resource_refs import env_name, read_git_auth, read_refs
+
+_SUPPORTED: Final = frozenset(
+    {
+        "stack",
+        "backend",
+        "projectRepo",
+        "commit",
+        "branch",
+        "repoDir",
+        "gitAuth",
+        "config",
+        "secretsRef",
+        "envRefs",
+        "secretsProvider",
+        "refresh",
+        "expectNoRefreshChanges",
+        "preview",
+        "targets",
+        "useLocalStackOnly",
+        "destroyOnFinalize",
+        "prerequisites",
+        "resyncFrequencySeconds",
+        "continueResyncOnCommitMatch",
+        "retryOnUpdateConflict",
+        "retryMaxBackoffDurationSeconds",
+        "suspend",
+        "timeoutSeconds",
+    }
+)
+
+# Deprecated PKO fields → what to use instead.
+_DEPRECATED: Final = MappingProxyType(
+    {
+        "accessTokenSecret": "envRefs.PULUMI_ACCESS_TOKEN with type: Secret",
+        "envs": "envRefs (one entry per variable)",
+        "envSecrets": "envRefs with type: Secret (one entry per variable)",
+        "secrets": "secretsRef with type: Secret (plaintext secrets in a Stack are refused)",
+        "gitAuthSecret": "gitAuth",
+    }
+)
+
+_NOT_YET: Final = frozenset({"fluxSource", "programRef"})
+
+SPEC_FIELDS: Final = _SUPPORTED | _DEPRECATED.keys() | _NOT_YET
+"""Every spec field the parser knows (supported, deprecated, not yet supported).
+
+The CRD declares exactly these, so that none is pruned silently.
+"""
+
+_FLAGS: Final = MappingProxyType(
+    {
+        "refresh": "refresh",
+        "expect_no_refresh_changes": "expectNoRefreshChanges",
+        "preview": "preview",
+        "use_local_stack_only": "useLocalStackOnly",
+        "destroy_on_finalize": "destroyOnFinalize",
+        "continue_resync_on_commit_match": "continueResyncOnCommitMatch",
+        "retry_on_update_conflict": "retryOnUpdateConflict",
+        "suspend": "suspend",
+    }
+)
+
+
+def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
+    """Validate ``spec`` of a Stack in ``namespace`` and return its typed form.
+
+    Raises:
+        SpecError: the spec is invalid or asks for something this operator refuses.
+    """
+    root = read_object(spec, SPEC, SPEC_FIELDS)
+    _refuse_unsupported(root)
+    repo, commit, branch = _source(root)
+    config = read_config(root)
+    secrets_ref = read_refs(root, "secretsRef", namespace, config_key)
+    check_no_overlap(config, secrets_ref)
+    stack, backend = read_stack_and_backend(root)
+    return StackSpec(
+        stack=stack,
+        backend=backend,
+        project_repo=repo,
+        commit=commit,
+        branch=branch,
+        repo_dir=_repo_dir(root),
+        git_auth=read_git_auth(root.get("gitAuth"), SPEC / "gitAuth", namespace),
+        config=config,
+        secrets_ref=secrets_ref,
+        env_refs=read_refs(root, "envRefs", namespace, env_name),
+        secrets_provider=read_secrets_provider(root),
+        targets=read_strings(root, SPEC, "targets"),
+        prerequisites=_prerequisites(root),
+        resync_frequency_seconds=_resync_frequency(root),
+        retry_max_backoff_duration_seconds=_retry_max_backoff(root),
+        timeout_seconds=_timeout(root),
+        **{attr: read_bool(root, SPEC, key) for attr, key in _FLAGS.items()},
+    )
+
+
+def _refuse_unsupported(root: Mapping[str, Any]) -> None:
+    for name, replacement in _DEPRECATED.items():
+        if is_set(root.get(name)):
+            problem = f"deprecated Pulumi Kubernetes Operator field, refused: use {replacement}"
+            raise SpecError(SPEC / name, problem)
+    for name in sorted(_NOT_YET):
+        if is_set(root.get(name)):
+            problem = "not supported yet: use projectRepo with a commit or a branch"
+            raise SpecError(SPEC / name, problem)
+
+
+# -- the program source -------------------------------------------------------------------
+
+
+def _source(root: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    repo = read_string(root, SPEC, "projectRepo")
+    commit = read_string(root, SPEC, "commit")
+    branch = read_string(root, SPEC, "branch")
+    if repo is None:
+        problem = "a program source is required: set projectRepo with a commit or a branch"
+        raise SpecError(SPEC / "projectRepo", problem)
+    if commit is not None and branch is not None:
+        problem = "commit and branch are mutually exclusive: set only one of them"
+        raise SpecError(SPEC / "branch", problem)
+    check_repo_url(repo)
+    if commit is not None:
+        return repo, _commit(commit), None
+    if branch is not None:
+        return repo, None, _branch(branch)
+    problem = "projectRepo requires a commit or a branch: set exactly one of them"
+    raise SpecError(SPEC / "projectRepo", problem)
+
+
+def _commit(commit: str) -> str:
+    # The CRD's pattern asks for a full SHA (40 or 64 hex digits); the parser takes what git
+    # can resolve, which is all that safety needs (the value reaches git's command line).
+    if not is_commit(commit):
+        problem = "must be a commit SHA: 4 to 64 hex digits (the 40 git rev-parse <rev> prints)"
+        raise SpecError(SPEC / "commit", problem)
+    return commit.lower()
+
+
+def _branch(branch: str) -> str:
+    if branch.removeprefix("refs/heads/").startswith("refs/"):
+        problem = "only branches can be tracked (main or refs/heads/main): pin tags with commit"
+        raise SpecError(SPEC / "branch", problem)
+    name = branch_name(branch)
+    if name is None:
+        raise SpecError(SPEC / "branch", f"{branch!r} is not a valid git branch name")
+    return name
+
+
+def _repo_dir(root: Mapping[str, Any]) -> str | None:
+    raw = read_string(root, SPEC, "repoDir")
+    if raw is None:
+        return None
+    if raw.startswith("/"):
+        problem = "must be relative to the repository root: remove the leading /"
+        raise SpecError(SPEC / "repoDir", problem)
+    path = PurePosixPath(raw)
+    if ".." in path.parts or "\x00" in raw:
+        problem = "must stay inside the repository: remove the .. components"
+        raise SpecError(SPEC / "repoDir", problem)
+    return None if str(path) == "." else str(path)
+
+
+# -- prerequisites --------------------------------------------------------------------------
+
+
+def _prerequisites(root: Mapping[str, Any]) -> tuple[Prerequisite, ...]:
+    path = SPEC / "prerequisites"
+    items = read_list(root, SPEC, "prerequisites")
+    result = tuple(_prerequisite(item, path.entry(i)) for i, item in enumerate(items))
+    names = [p.name for p in result]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise SpecError(path.entry(i) / "name", f"{name!r} is listed twice: remove one")
+    return result
+
+
+def _prerequisite(raw: object, path: FieldPath) -> Prerequisite:
+    item = read_object(raw, path, frozenset({"name", "requirement"}))
+    name = required_string(item, path, "name")
+    if not is_set(item.get("requirement")):
+        return Prerequisite(name)
+    req_path = path / "requirement"
+    req = read_object(item["requirement"], req_path, frozenset({"succeededWithinDuration"}))
+    text = read_string(req, req_path, "succeededWithinDuration")
+    if text is None:
+        return Prerequisite(name)
+    return Prerequisite(name, _positive_duration(text, req_path / "succeededWithinDuration"))
+
+
+def _positive_duration(text: str, path: FieldPath) -> float:
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as err:
+        problem = f'{err}: use a Go duration such as "90s", "30m" or "1h30m"'
+        raise SpecError(path, problem) from None
+    if seconds <= 0:
+        raise SpecError(path, f'{text!r} is not a positive duration: use e.g. "30m"')
+    return seconds
+
+
+# -- periods ----------------------------------------------------------------------------------
+
+
+def _resync_frequency(root: Mapping[str, Any]) -> int:
+    seconds = read_int(root, SPEC, "resyncFrequencySeconds")
+    if seconds is not None and seconds < 0:
+        problem = "must not be negative (0 or unset means 60 seconds)"
+        raise SpecError(SPEC / "resyncFrequencySeconds", problem)
+    # As PKO: values below 60, including 0 and unset, mean 60.
+    return max(seconds or 0, MIN_RESYNC_SECONDS)
+
+
+def _retry_max_backoff(root: Mapping[str, Any]) -> int:
+    seconds = read_int(root, SPEC, "retryMaxBackoffDurationSeconds")
+    if seconds is None:
+        return DEFAULT_RETRY_MAX_BACKOFF_SECONDS
+    if seconds < 1:
+        raise SpecError(SPEC / "retryMaxBackoffDurationSeconds", "must be at least 1 (seconds)")
+    return seconds
+
+
+def _timeout(root: Mapping[str, Any]) -> int | None:
+    seconds = read_int(root, SPEC, "timeoutSeconds")
+    if seconds is not None and seconds < 1:
+        problem = "must be at least 1 (seconds): unset it to use the operator's default"
+        raise SpecError(SPEC / "timeoutSeconds", problem)
+    return seconds

@@ -1,0 +1,1 @@
+"""Tests of the Stack spec parser (reconcile/spec/)."""
