@@ -24,15 +24,13 @@ from typing import Any
 import structlog
 
 from controller.cache import Object, ObjectKey
+from controller.clock import Clock, RealClock
 from controller.informer import DeletedFinalStateUnknown
+from reconcile.collaborators import ObjectView, StatusSink
+from reconcile.context import Mutation
 from status import conditions as cond
-from status.writer import Mutation, StatusWriter
 
 log = structlog.get_logger(__name__)
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def acknowledgment(generation: int, now: datetime.datetime) -> Mutation:
@@ -66,13 +64,19 @@ class Acknowledger:
 
     def __init__(
         self,
-        writer: StatusWriter,
+        writer: StatusSink,
+        view: ObjectView,
         *,
         active: Callable[[], bool],
-        clock: Callable[[], datetime.datetime] = _now,
+        clock: Clock | None = None,
     ) -> None:
-        """Write through ``writer``, only while ``active()`` (this replica leads)."""
-        self._writer, self._active, self._clock = writer, active, clock
+        """Read through ``view`` and write through ``writer``, only while ``active()``.
+
+        ``active()``: this replica runs the workers (with leader election: it leads).
+        Acknowledgments are stamped with ``clock.wall()``.
+        """
+        self._writer, self._view, self._active = writer, view, active
+        self._clock: Clock = clock or RealClock()
         self._pending: dict[ObjectKey, None] = {}
         self._wake = threading.Condition()
         self._closed = False
@@ -130,8 +134,8 @@ class Acknowledger:
                 log.warning("Acknowledging a Stack failed", key=str(key), error=repr(err))
 
     def _acknowledge(self, key: ObjectKey) -> None:
-        obj = self._writer.current(key)
+        obj = self._view.get(key)
         generation = None if obj is None else pending_generation(obj)
         if generation is None or not self._active():
             return
-        self._writer.update(key, acknowledgment(generation, self._clock()))
+        self._writer.update(key, acknowledgment(generation, self._clock.wall()))

@@ -3,16 +3,17 @@
 The runner watches one ``threading.Event`` and interrupts the CLI the way Ctrl-C does when
 it is set. ``RunStop`` gives each run an event of its own that follows the operator's stop
 event and also fires ``timeout`` seconds after the run began, so a program that never ends
-cannot hold a worker forever; ``timed_out`` then tells the two causes apart.
+cannot hold a worker forever; ``timed_out`` then tells the two causes apart. The deadline
+is measured on a ``controller.clock.Clock`` (``now()``), so tests can move it.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from types import TracebackType
 from typing import Self
+
+from controller.clock import Clock, RealClock
 
 POLL_SECONDS = 0.2  # how often the watcher looks at the operator's stop event
 
@@ -25,20 +26,23 @@ class RunStop:
         stop: threading.Event,
         timeout: float,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         poll: float = POLL_SECONDS,
     ) -> None:
-        """Follow ``stop``; fire ``timeout`` seconds after ``__enter__`` as well."""
+        """Follow ``stop``; fire ``timeout`` seconds (of ``clock``) after ``__enter__`` too.
+
+        ``poll`` is how often, in real seconds, the watcher looks at both.
+        """
         self.event = threading.Event()
         self.timed_out = False
         self._stop, self._timeout = stop, timeout
-        self._monotonic, self._poll = monotonic, poll
+        self._clock, self._poll = clock or RealClock(), poll
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="run-deadline", daemon=True)
 
     def __enter__(self) -> Self:
         """Start watching."""
-        self._deadline = self._monotonic() + self._timeout
+        self._deadline = self._clock.now() + self._timeout
         self._thread.start()
         return self
 
@@ -57,7 +61,7 @@ class RunStop:
             if self._stop.is_set():
                 self.event.set()
                 return
-            if self._monotonic() >= self._deadline:
+            if self._clock.now() >= self._deadline:
                 self.timed_out = True
                 self.event.set()
                 return

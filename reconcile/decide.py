@@ -11,9 +11,9 @@ A run is due, in this order, when:
 5. the last attempt was interrupted (operator shutdown) — at once;
 6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
    ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
-   the failure was one that needs a change (the run left the Stack Stalled with
-   ``ProgramInvalid``, ``StackNotFound`` or ``InvalidSpec``), in which case nothing runs
-   until one of 2-4 happens;
+   the failure was one that needs a change (the run left the Stack Stalled with a reason
+   in ``reconcile.verdict.NEEDS_A_CHANGE``), in which case nothing runs until one of 2-4
+   happens;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
 Otherwise nothing is due and the answer says when to look again (the next branch poll or
@@ -27,19 +27,33 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from controller.clock import parse_time
+from reconcile.policy import Policy, backoff, poll_period
 from reconcile.spec import StackSpec
-from status.conditions import STALLED, Reason, get_condition
+from reconcile.verdict import NEEDS_A_CHANGE
+from status.conditions import STALLED, get_condition
+
+# ``Policy`` and ``backoff`` live in ``reconcile.policy``; re-exported for older callers.
+__all__ = [
+    "FLUX",
+    "FRESH_REASONS",
+    "INTERRUPTED",
+    "NEW_COMMIT",
+    "NEW_GENERATION",
+    "OURS",
+    "REQUESTED",
+    "RESUME",
+    "RESYNC",
+    "RETRY",
+    "Decision",
+    "Observed",
+    "Policy",
+    "Requests",
+    "backoff",
+    "decide",
+]
 
 NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
-# Run failures that no retry can mend: the program or the stack must change first.
-NEEDS_A_CHANGE = frozenset(
-    {
-        Reason.PROGRAM_INVALID,
-        Reason.STACK_NOT_FOUND,
-        # a run that could not start: spec.repoDir names no directory inside the commit
-        Reason.INVALID_SPEC,
-    }
-)
 RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
 FRESH_REASONS = frozenset({NEW_GENERATION, REQUESTED, NEW_COMMIT})
 
@@ -97,14 +111,6 @@ class Observed:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Policy:
-    """Operator-wide retry settings."""
-
-    retry_base_delay: float = 10.0
-    max_update_failures: int = 5
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     """Run now (``why`` set), or look again after ``requeue_after`` seconds (None: never)."""
 
@@ -121,24 +127,6 @@ class Decision:
     def fresh(self) -> bool:
         """True when the run is for something new, so earlier failures no longer count."""
         return self.why in FRESH_REASONS
-
-
-def parse_time(value: object) -> datetime.datetime | None:
-    """An RFC 3339 timestamp from the status, or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value)  # 3.11 reads the "Z" suffix
-    except ValueError:
-        return None
-
-
-def backoff(failures: int, spec: StackSpec, policy: Policy) -> float:
-    """Seconds to wait after the ``failures``-th consecutive failure."""
-    exponent = min(max(failures - 1, 0), 40)
-    return float(
-        min(policy.retry_base_delay * 2.0**exponent, spec.retry_max_backoff_duration_seconds)
-    )
 
 
 def decide(spec: StackSpec, observed: Observed, policy: Policy) -> Decision:
@@ -163,10 +151,10 @@ def _after_failure(
     if last.get("interrupted"):
         return Decision(INTERRUPTED)
     if _stalled_by_the_run(observed.status):
-        return Decision(requeue_after=_poll(spec))
+        return Decision(requeue_after=poll_period(spec))
     failures = int(last.get("failures") or 0)
     if failures >= policy.max_update_failures:
-        return Decision(requeue_after=_poll(spec), exhausted=True)
+        return Decision(requeue_after=poll_period(spec), exhausted=True)
     ended = parse_time(last.get("lastResyncTime")) or observed.now
     wait = backoff(failures, spec, policy) - (observed.now - ended).total_seconds()
     return Decision(RETRY) if wait <= 0 else Decision(requeue_after=wait)
@@ -184,12 +172,7 @@ def _stalled_by_the_run(status: Mapping[str, Any]) -> bool:
 
 def _after_success(spec: StackSpec, observed: Observed, last: Mapping[str, Any]) -> Decision:
     if not spec.continue_resync_on_commit_match:
-        return Decision(requeue_after=_poll(spec))
+        return Decision(requeue_after=poll_period(spec))
     ended = parse_time(last.get("lastResyncTime")) or observed.now
     wait = spec.resync_frequency_seconds - (observed.now - ended).total_seconds()
     return Decision(RESYNC) if wait <= 0 else Decision(requeue_after=wait)
-
-
-def _poll(spec: StackSpec) -> float | None:
-    """When to look for a new commit again: tracked branches are polled."""
-    return float(spec.resync_frequency_seconds) if spec.tracks_branch else None

@@ -4,6 +4,7 @@
 HTTP behind basic authentication) serve bare repositories on loopback. ``git_repo`` and
 ``http_repo`` give a test a fresh repository: its clone URL and a ``Checkout`` to commit
 and push to. ``git_argv`` records the argv of every process started during a test.
+``h`` is a Stack reconciler on fakes and a fake clock (``tests/reconcile/stack_harness.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 
 from reconcile.source import GitCredentials
-from tests.testbed.git_http import Account, GitHttpServer
-from tests.testbed.git_server import Checkout, GitServer
+from testbed.git_http import Account, GitHttpServer
+from testbed.git_server import Checkout, GitServer
+from tests.reconcile.stack_harness import Harness
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +111,9 @@ def git_argv(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
     return recorded
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    """A Stack reconciler on fakes and a fake clock, with the default settings."""
+    return Harness(tmp_path)

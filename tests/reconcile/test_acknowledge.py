@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.cache import ObjectKey
+from controller.clock import FakeClock
 from reconcile.acknowledge import Acknowledger, acknowledgment, pending_generation
-from status.writer import Mutation
+from reconcile.context import Mutation
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -23,7 +24,7 @@ def stack(name: str, generation: int, status: dict[str, Any] | None = None) -> d
 
 
 class FakeWriter:
-    """The two StatusWriter calls the acknowledger makes, on a dict of objects."""
+    """The StatusWriter call and the view read the acknowledger makes, on a dict of objects."""
 
     def __init__(self, *objects: dict[str, Any]) -> None:
         """Hold ``objects`` by key."""
@@ -31,9 +32,19 @@ class FakeWriter:
         self.written: list[ObjectKey] = []
         self.wrote = threading.Condition()
 
-    def current(self, key: ObjectKey) -> Mapping[str, Any] | None:
-        """The stored object."""
+    def get(self, key: ObjectKey) -> Mapping[str, Any] | None:
+        """The stored object (the view's read)."""
         return self.objects.get(key)
+
+    def forget(self, key: ObjectKey) -> None:
+        """Nothing is kept beyond ``objects``."""
+
+    def publish(self, key: ObjectKey, mutate: Mutation) -> None:
+        """Never called: the acknowledger writes conclusions only."""
+        raise AssertionError((key, mutate))
+
+    def discard(self, key: ObjectKey) -> None:
+        """Nothing is ever pending."""
 
     def update(self, key: ObjectKey, mutate: Mutation) -> bool:
         """Apply ``mutate`` to the stored status, recording a write when it changed it."""
@@ -54,7 +65,7 @@ class FakeWriter:
 
 def start(writer: FakeWriter) -> Acknowledger:
     """An active acknowledger writing through ``writer``."""
-    return Acknowledger(writer, active=lambda: True, clock=lambda: NOW)  # type: ignore[arg-type]
+    return Acknowledger(writer, writer, active=lambda: True, clock=FakeClock())
 
 
 def test_a_new_stack_is_acknowledged_with_its_generation() -> None:
@@ -100,7 +111,7 @@ def test_a_standby_writes_nothing() -> None:
         asked.set()  # the key was taken and judged: the positive control
         return False
 
-    ack = Acknowledger(writer, active=standby, clock=lambda: NOW)  # type: ignore[arg-type]
+    ack = Acknowledger(writer, writer, active=standby, clock=FakeClock())
     ack.on_add(writer.objects[ObjectKey("ns", "a")])
     assert asked.wait(10)
     assert ack.close()

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import threading
 
+from controller.clock import FakeClock
 from reconcile.deadline import RunStop
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_fires_at_the_deadline_and_says_so() -> None:
-    """The event fires at the deadline and ``timed_out`` says why."""
-    clock = _Clock()
-    with RunStop(threading.Event(), 10.0, monotonic=clock, poll=0.01) as run:
-        clock.now = 10.0
+    """The event fires at the deadline of the given clock and ``timed_out`` says why."""
+    clock = FakeClock()
+    with RunStop(threading.Event(), 10.0, clock=clock, poll=0.01) as run:
+        clock.step(10.0)
         assert run.event.wait(5)
     assert run.timed_out
 

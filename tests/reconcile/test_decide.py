@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.decide import Observed, Policy, Requests, backoff, decide
+from reconcile.decide import Observed, Requests, decide
+from reconcile.policy import Policy, backoff
 from reconcile.spec import StackSpec, parse_spec
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -87,8 +88,10 @@ def test_idle_branch_tracking_stack_polls_at_the_resync_period() -> None:
 
 def test_pinned_commit_without_resync_never_polls() -> None:
     """A commit-pinned, up-to-date Stack needs no timer at all."""
-    pinned = spec(branch=None, commit="c1")
-    assert decide(pinned, observe({"lastUpdate": last()}), POLICY).requeue_after is None
+    pinned = spec(branch=None, commit="c1c1")
+    status = {"lastUpdate": last(lastAttemptedCommit="c1c1")}
+    decision = decide(pinned, observe(status, commit="c1c1"), POLICY)
+    assert (decision.due, decision.requeue_after) == (False, None)
 
 
 def test_failed_run_waits_for_its_backoff() -> None:

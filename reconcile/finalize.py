@@ -1,0 +1,104 @@
+"""The finalizer: added to every Stack, removed once the Stack may go.
+
+A Stack being deleted with ``spec.destroyOnFinalize`` (and not ``preview``) has its
+resources destroyed and its stack removed first (``Destroying``); a destroy that cannot be
+prepared or fails keeps the finalizer and says why (``DeletionBlocked``, retried with
+backoff) until it succeeds or the user gives up on it (``destroyOnFinalize: false``, or
+removing the finalizer). Then the finalizer goes, with the Stack's work directory.
+A spec that does not parse destroys nothing: nothing can have been deployed from it by us.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+
+from controller.reconciler import Result
+from reconcile import verdict as verdicts
+from reconcile.collaborators import Collaborators
+from reconcile.context import Pass, Plan, Settings
+from reconcile.decide import Decision, Observed, Requests
+from reconcile.effects import Effects
+from reconcile.operate import Attempt, Operator
+from reconcile.prepare import Preparer
+from reconcile.refs import MissingSecretError
+from reconcile.resource import FINALIZER
+from reconcile.run import observe_update
+from reconcile.source import ProgramDirError, SourceError
+from reconcile.spec import SpecError, StackSpec, parse_spec
+
+
+def has_finalizer(at: Pass) -> bool:
+    """Whether the Stack carries this operator's finalizer."""
+    return FINALIZER in (at.obj["metadata"].get("finalizers") or ())
+
+
+class Finalizer:
+    """Adds and removes the finalizer; destroys first when the Stack asks for it."""
+
+    def __init__(
+        self, parts: Collaborators, settings: Settings, effects: Effects, preparer: Preparer
+    ) -> None:
+        """Patch through ``parts.patcher``; destroy through ``parts.runner``."""
+        self._parts, self._settings = parts, settings
+        self._effects, self._preparer = effects, preparer
+        self._operator = Operator(parts.runner, parts.clock)
+
+    def add(self, at: Pass) -> None:
+        """Add the finalizer (``TransientError`` if the Stack changed meanwhile)."""
+        self._set(at, lambda finalizers: [*finalizers, FINALIZER])
+
+    def finalize(self, at: Pass, stop: threading.Event) -> Result:
+        """The Stack is being deleted: destroy if asked, then let it go.
+
+        Raises:
+            TransientError: the destroy is blocked (``DeletionBlocked``); retry.
+        """
+        if not has_finalizer(at):
+            return Result()
+        try:
+            spec: StackSpec | None = parse_spec(at.obj.get("spec") or {}, at.key.namespace)
+        except SpecError:
+            spec = None
+        if spec is not None and spec.destroy_on_finalize and not spec.preview:
+            self._destroy(at, spec, stop)
+        self._set(at, lambda finalizers: [f for f in finalizers if f != FINALIZER])
+        shutil.rmtree(self._settings.stack_dir(at.key), ignore_errors=True)
+        return Result()
+
+    def _destroy(self, at: Pass, spec: StackSpec, stop: threading.Event) -> None:
+        """Destroy the stack; raise ``TransientError`` (``DeletionBlocked``) unless it worked."""
+        self._effects.execute(at, verdicts.destroying(FINALIZER))
+        try:
+            plan = self._plan(at, spec)
+            request = self._preparer.request(at.key, plan)
+        except (MissingSecretError, SourceError, ProgramDirError) as err:
+            blocked = verdicts.deletion_blocked(f"cannot prepare destroy: {err}", FINALIZER)
+            self._effects.execute(at, blocked)
+            return
+        attempt = Attempt(request, self._settings.timeout(spec))
+        operated = self._operator.destroy(attempt, stop)
+        verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER)
+        observe_update(self._parts, operated, verdict)
+        self._effects.execute(at, verdict)
+
+    def _plan(self, at: Pass, spec: StackSpec) -> Plan:
+        """What the destroy runs: the Stack's source at its current commit, its Secrets."""
+        secrets = self._parts.secrets(at.key.namespace)
+        credentials = self._preparer.credentials(spec, secrets)
+        commit = self._preparer.commit(spec, credentials)
+        now = self._parts.clock.wall()
+        observed = Observed(at.generation, at.status, Requests(), commit, now)
+        inputs = self._preparer.inputs(at.key, spec, secrets)
+        return Plan(spec, observed, Decision(why="delete"), inputs, credentials)
+
+    def _set(self, at: Pass, change: Callable[[list[str]], list[str]]) -> None:
+        """Patch the finalizers of the newest Stack this process knows.
+
+        The newest, not the pass's: our own status writes (``Destroying``) have moved its
+        resourceVersion since, and a patch on the old one would only conflict.
+        """
+        metadata = (self._parts.view.get(at.key) or at.obj)["metadata"]
+        finalizers = change(list(metadata.get("finalizers") or ()))
+        self._parts.patcher.set_finalizers(at.key, str(metadata["resourceVersion"]), finalizers)

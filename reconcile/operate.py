@@ -1,0 +1,90 @@
+"""Run one Pulumi operation under its deadline, once more after releasing a dead lock.
+
+``Operator.run`` and ``Operator.destroy`` give the runner a stop event of the run's own
+(``reconcile.deadline.RunStop``: the operator's stop, or the deadline passing) and return
+the runner's ``Outcome`` with the deadline when it was the deadline that stopped it. When
+the stack's lock is held (``CONFLICT``) by a dead update of this operator — a stale lock
+the runner can clear, or (``orphaned``) the update a gone instance left — the lock is
+released and the operation runs once more. The verdict on the outcome is not made here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from controller.clock import Clock
+from reconcile.deadline import RunStop
+from reconcile.runner import ErrorKind, Outcome, Progress, Runner, UpdateRequest
+
+log = structlog.get_logger(__name__)
+
+ProgressCallback = Callable[[Progress], None]
+Operation = Callable[..., Outcome]
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One operation to run.
+
+    ``timeout`` is its deadline in seconds; ``orphaned`` says that the Stack's last update
+    was left by a gone instance of this operator (its lock may be released).
+    """
+
+    request: UpdateRequest
+    timeout: float
+    orphaned: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Operated:
+    """An operation's outcome; ``deadline`` is set when the deadline stopped it."""
+
+    outcome: Outcome
+    deadline: float | None = None
+
+
+class Operator:
+    """Runs operations through ``runner``; deadlines are measured on ``clock.now()``."""
+
+    def __init__(self, runner: Runner, clock: Clock) -> None:
+        """Run through ``runner``, timing deadlines with ``clock``."""
+        self._runner, self._clock = runner, clock
+
+    def run(
+        self, attempt: Attempt, on_progress: ProgressCallback, stop: threading.Event
+    ) -> Operated:
+        """Refresh if asked, then ``up`` or ``preview`` (see the module docstring)."""
+        return self._operate(self._runner.run, attempt, on_progress, stop)
+
+    def destroy(self, attempt: Attempt, stop: threading.Event) -> Operated:
+        """Destroy the stack's resources and remove the stack (see the module docstring)."""
+        return self._operate(self._runner.destroy, attempt, lambda _p: None, stop)
+
+    def _operate(
+        self,
+        operation: Operation,
+        attempt: Attempt,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> Operated:
+        request = attempt.request
+        with RunStop(stop, attempt.timeout, clock=self._clock) as run_stop:
+            outcome = operation(request, on_progress=on_progress, stop=run_stop.event)
+            conflict = outcome.error is ErrorKind.CONFLICT
+            if conflict and self._release_dead_lock(request, orphaned=attempt.orphaned):
+                outcome = operation(request, on_progress=on_progress, stop=run_stop.event)
+        return Operated(outcome, attempt.timeout if run_stop.timed_out else None)
+
+    def _release_dead_lock(self, request: UpdateRequest, *, orphaned: bool) -> bool:
+        """Release the stack's lock if a dead update of this operator holds it."""
+        if self._runner.clear_stale_lock(request):
+            log.warning("Cleared a stale lock left by a dead update of this operator")
+            return True
+        if orphaned and self._runner.cancel(request):
+            log.warning("Cancelled the update a gone instance of this operator left locked")
+            return True
+        return False

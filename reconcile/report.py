@@ -1,0 +1,170 @@
+"""The status fields a run writes besides its conditions: pure mutations.
+
+- ``started``: ``status.currentUpdate`` (who runs what, since when) as a run starts;
+- ``progress``: the live ``status.progress`` and its Reconciling message;
+- ``concluded``: ``lastUpdate``, ``history`` and (after a successful ``up``) ``outputs``;
+- ``not_started``: ``lastUpdate`` of a run that could not start;
+- ``minimal``: a status without what can make it too large to store.
+
+The conditions themselves come from the run's verdict (``reconcile.verdict``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from reconcile.budget import capped_outputs
+from reconcile.context import Mutation
+from reconcile.decide import Observed
+from reconcile.runner import ErrorKind, Outcome, Progress
+from reconcile.verdict import summary
+from status import conditions as cond
+
+HISTORY_LIMIT = 10
+
+
+def started(observed: Observed, operation: str, identity: str, now: datetime.datetime) -> Mutation:
+    """Record the run starting now in ``currentUpdate`` (``identity``: this operator)."""
+    current: dict[str, Any] = {
+        "generation": observed.generation,
+        "commit": observed.commit,
+        "type": operation,
+        "startTime": cond.now_rfc3339(now),
+    }
+    if identity:
+        current["operator"] = identity
+    if observed.requests.label:
+        current["reconcileRequest"] = observed.requests.label
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "currentUpdate": current}
+
+    return apply
+
+
+def progress(
+    progress: Progress, operation: str, generation: int, now: datetime.datetime
+) -> Mutation:
+    """Show the engine's ``progress``: ``status.progress`` and Reconciling's message."""
+    message = (
+        f"Running pulumi {operation}: {progress.step}, "
+        f"{progress.resources_done}/{progress.resources_total} resources done"
+        + (f", {progress.resources_failed} failed" if progress.resources_failed else "")
+    )
+    fields = {
+        "step": progress.step,
+        "resourcesDone": progress.resources_done,
+        "resourcesTotal": progress.resources_total,
+        "resourcesFailed": progress.resources_failed,
+        "current": progress.current or "",
+        "updatedAt": cond.now_rfc3339(now),
+    }
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        new = cond.progressing(status, generation, message, now)
+        new["progress"] = fields
+        return new
+
+    return apply
+
+
+def concluded(
+    observed: Observed, outcome: Outcome, failures: int, now: datetime.datetime
+) -> Mutation:
+    """Record a finished run (``outcome`` as recorded, ending ``now``) in the status."""
+    last = last_update(observed, outcome, failures, now)
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        new = dict(status)
+        new["lastUpdate"] = last
+        new["history"] = history(status, outcome, observed)
+        if outcome.succeeded and outcome.operation == "up":
+            new["outputs"] = capped_outputs(outcome.outputs)
+        return new
+
+    return apply
+
+
+def last_update(
+    observed: Observed, outcome: Outcome, failures: int, now: datetime.datetime
+) -> dict[str, Any]:
+    """``status.lastUpdate`` after ``outcome``; the last successful commit is kept."""
+    previous = observed.status.get("lastUpdate") or {}
+    last: dict[str, Any] = {
+        "state": "succeeded" if outcome.succeeded else "failed",
+        "type": outcome.operation,
+        "generation": observed.generation,
+        "lastAttemptedCommit": observed.commit,
+        "shortCommit": observed.commit[:7],
+        "lastResyncTime": cond.now_rfc3339(now),
+        "message": outcome.message if not outcome.succeeded else summary(outcome),
+        "failures": failures,
+    }
+    successful = observed.commit if outcome.succeeded else previous.get("lastSuccessfulCommit")
+    if successful:
+        last["lastSuccessfulCommit"] = successful
+    if outcome.permalink:
+        last["permalink"] = outcome.permalink
+    if observed.requests.label:
+        last["reconcileRequest"] = observed.requests.label
+    if outcome.error is ErrorKind.INTERRUPTED:
+        last["interrupted"] = True
+    return last
+
+
+def not_started(
+    observed: Observed, operation: str, message: str, failures: int, now: datetime.datetime
+) -> Mutation:
+    """Record an announced run that could not start as a failed attempt in ``lastUpdate``.
+
+    So no run is announced again with every write: the next one waits for what the
+    failure's verdict says (a change, or the failures' backoff).
+    """
+    last = {
+        **(observed.status.get("lastUpdate") or {}),
+        "state": "failed",
+        "type": operation,
+        "generation": observed.generation,
+        "lastAttemptedCommit": observed.commit,
+        "shortCommit": observed.commit[:7],
+        "lastResyncTime": cond.now_rfc3339(now),
+        "message": message,
+        "failures": failures,
+    }
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "lastUpdate": last}
+
+    return apply
+
+
+def history(status: Mapping[str, Any], outcome: Outcome, observed: Observed) -> list[Any]:
+    """``status.history`` with ``outcome`` first, at most ``HISTORY_LIMIT`` entries."""
+    entry = {
+        "type": outcome.operation,
+        "result": "succeeded" if outcome.succeeded else str(outcome.error),
+        "generation": observed.generation,
+        "commit": observed.commit,
+        "startTime": cond.now_rfc3339(outcome.started),
+        "durationSeconds": round((outcome.ended - outcome.started).total_seconds(), 3),
+        "resourceChanges": dict(outcome.resource_changes),
+    }
+    return [entry, *list(status.get("history") or ())][:HISTORY_LIMIT]
+
+
+def minimal(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` without what can make it large: outputs, history, progress.
+
+    It keeps the conditions, ``lastUpdate`` (whose message says what was omitted) and
+    the handled requests, so a run is concluded even when its full status cannot be stored.
+    """
+    new = dict(status)
+    dropped = [field for field in ("outputs", "history") if new.pop(field, None)]
+    new.pop("progress", None)
+    last = dict(new.get("lastUpdate") or {})
+    note = f"{', '.join(dropped) or 'nothing'} omitted: the status was too large to store"
+    last["message"] = f"{last.get('message', '')} ({note})".strip()
+    new["lastUpdate"] = last
+    return new

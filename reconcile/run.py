@@ -1,0 +1,160 @@
+"""One due run: report it started, prepare its request, operate, conclude.
+
+``Runs.run(at, plan, stop)``:
+
+1. a Stack whose last update a gone instance of this operator left (``orphaned``) waits
+   until a deposed leader has surely stopped it (``takeover_delay`` after we took the Lease);
+2. ``Progressing`` and ``currentUpdate`` in one write, and an ``UpdateStarted`` Event;
+3. the checkout and the request: a source that fails, or a ``spec.repoDir`` that is not
+   there, concludes the announced run at once (never a "Running pulumi up" left behind);
+4. the operation, with live progress (coalesced by the status writer) and its deadline;
+5. the verdict on the outcome, written with ``lastUpdate``, ``history`` and ``outputs``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from controller.cache import ObjectKey
+from controller.clock import Clock
+from controller.reconciler import Result
+from reconcile import report
+from reconcile import verdict as verdicts
+from reconcile.collaborators import Collaborators, StatusSink
+from reconcile.context import Pass, Plan, Settings
+from reconcile.effects import Effects
+from reconcile.operate import Attempt, Operated, Operator
+from reconcile.prepare import Preparer
+from reconcile.runner import Progress
+from reconcile.source import ProgramDirError, SourceError
+from status.conditions import Reason
+
+log = structlog.get_logger(__name__)
+
+
+class Runs:
+    """Carries out due runs (see the module docstring)."""
+
+    def __init__(
+        self, parts: Collaborators, settings: Settings, effects: Effects, preparer: Preparer
+    ) -> None:
+        """Run through ``parts.runner``; write through ``effects``; prepare with ``preparer``."""
+        self._parts, self._settings = parts, settings
+        self._effects, self._preparer = effects, preparer
+        self._operator = Operator(parts.runner, parts.clock)
+
+    def run(self, at: Pass, plan: Plan, stop: threading.Event) -> Result:
+        """Carry out ``plan``'s run for the Stack of ``at`` (see the module docstring)."""
+        observed = plan.observed
+        log.info("Run due", why=plan.decision.why, operation=plan.operation, commit=observed.commit)
+        orphaned = self._orphaned(plan)
+        if orphaned and (wait := self._takeover_wait()) > 0:
+            log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
+            return Result(requeue_after=wait)
+        started = self._parts.clock.wall()
+        start = report.started(observed, plan.operation, self._settings.identity, started)
+        verdict = verdicts.run_started(plan.operation, observed.commit, at.generation)
+        self._effects.execute(at, verdict, also=start, now=started)
+        try:
+            request = self._preparer.request(at.key, plan)
+        except SourceError as err:
+            if err.transient:
+                return self._effects.execute(at, verdicts.source_unreachable(str(err), say_so=True))
+            return self._not_started(at, plan, verdicts.source_reason(err.reason), str(err))
+        except ProgramDirError as err:
+            return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
+        attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
+        progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
+        try:
+            operated = self._operator.run(attempt, progress, stop)
+        finally:
+            progress.close()
+        return self._conclude(at, plan, operated)
+
+    def _conclude(self, at: Pass, plan: Plan, operated: Operated) -> Result:
+        """Record the outcome and execute its verdict."""
+        now = self._parts.clock.wall()
+        facts = verdicts.RunFacts(
+            outcome=operated.outcome,
+            previous_failures=plan.previous_failures,
+            fresh=plan.decision.fresh,
+            commit=plan.observed.commit,
+            now=now,
+            deadline=operated.deadline,
+        )
+        verdict = verdicts.of_run(facts, plan.spec, self._settings.policy)
+        observe_update(self._parts, operated, verdict)
+        recorded = verdicts.concluded(operated.outcome, operated.deadline)
+        failures = verdict.failures or 0
+        fields = report.concluded(plan.observed, recorded, failures, now)
+        return self._effects.execute(at, verdict, also=fields, now=now)
+
+    def _not_started(self, at: Pass, plan: Plan, reason: Reason, message: str) -> Result:
+        """Conclude an announced run that could not start: Stalled, recorded as failed."""
+        now = self._parts.clock.wall()
+        verdict = verdicts.not_started(
+            reason, message, plan.previous_failures, fresh=plan.decision.fresh
+        )
+        failures = verdict.failures or 0
+        fields = report.not_started(plan.observed, plan.operation, message, failures, now)
+        return self._effects.execute(at, verdict, also=fields, now=now)
+
+    def _orphaned(self, plan: Plan) -> bool:
+        """Whether the Stack's update in flight was left by another, now gone, instance.
+
+        Only with leader election (``sole_runner``): a leader that cannot renew its Lease
+        interrupts its updates (and kills them after the interrupt grace), so once
+        ``takeover_delay`` has passed since we took the Lease, an update recorded by
+        another instance and never concluded is dead (a pod replaced after a crash, an OOM
+        kill or a node loss; or a deposed leader that has stopped it).
+        """
+        runner = (plan.observed.status.get("currentUpdate") or {}).get("operator")
+        settings = self._settings
+        return bool(settings.sole_runner and runner and runner != settings.identity)
+
+    def _takeover_wait(self) -> float:
+        """Seconds until a deposed leader's updates have surely stopped (0 if they have)."""
+        since = self._settings.leading_since()
+        held = 0.0 if since is None else self._parts.clock.now() - since
+        return max(0.0, round(self._settings.takeover_delay - held, 3))
+
+
+def observe_update(parts: Collaborators, operated: Operated, verdict: verdicts.Verdict) -> None:
+    """Record the operation's duration and changes under the verdict's result label."""
+    outcome = operated.outcome
+    seconds = (outcome.ended - outcome.started).total_seconds()
+    parts.metrics.observe_update(
+        outcome.operation, verdict.update_result, seconds, outcome.resource_changes
+    )
+
+
+class ProgressReporter:
+    """Publishes engine progress to the status writer, which coalesces it per Stack.
+
+    Every engine event becomes a mutation; the writer keeps only the newest and writes it
+    at most once per its interval. After ``close`` (the run is over and its conclusion is
+    about to be written) events are ignored and the pending one is dropped.
+    """
+
+    def __init__(self, writer: StatusSink, clock: Clock, at: Pass, operation: str) -> None:
+        """Publish through ``writer`` for the Stack of ``at``, stamped with ``clock.wall()``."""
+        self._writer, self._clock = writer, clock
+        self._key: ObjectKey = at.key
+        self._generation, self._operation = at.generation, operation
+        self._closed = False
+
+    def __call__(self, progress: Progress) -> None:
+        """Publish ``progress`` (ignored after ``close``)."""
+        if self._closed:
+            return
+        now = self._clock.wall()
+        self._writer.publish(
+            self._key, report.progress(progress, self._operation, self._generation, now)
+        )
+
+    def close(self) -> None:
+        """Ignore further events and drop the progress not yet written."""
+        self._closed = True
+        self._writer.discard(self._key)

@@ -1,0 +1,384 @@
+"""In-memory collaborators of the Stack reconciler, for unit tests on a ``FakeClock``.
+
+``Cluster`` holds the Stacks as plain dicts; ``FakeWriter`` and ``FakeView`` write and read
+them the way ``StatusWriter`` and ``ReadYourWritesView`` do (an update drops the Stack's
+pending progress; an unchanged status costs no write; every write bumps the
+resourceVersion). ``FakeRunner`` plays scripted outcomes and records every request;
+``FakeSource``, ``FakeSecrets``, ``FakeEvents``, ``FakeMetrics`` and ``FakePatcher`` stand
+in for git, Secrets, the Event recorder, metrics and the finalizer patch.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import copy
+import dataclasses
+import datetime
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from controller.cache import ObjectKey
+from controller.clock import FakeClock
+from controller.reconciler import TransientError
+from reconcile.context import Mutation
+from reconcile.refs import MissingSecretError
+from reconcile.runner import ErrorKind, Outcome, Progress, UpdateRequest
+from reconcile.source import GitCredentials, ProgramDirError, SourceError
+from reconcile.spec import ResourceRef
+from status.writer import StatusTooLargeError
+
+ProgressCallback = Callable[[Progress], None]
+Script = Callable[[UpdateRequest, ProgressCallback, threading.Event], Outcome]
+
+
+class Cluster:
+    """The Stacks of the fake API server, by key; every change bumps the resourceVersion."""
+
+    def __init__(self) -> None:
+        """No Stacks yet."""
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._version = 0
+
+    def put(self, obj: dict[str, Any]) -> ObjectKey:
+        """Store ``obj`` (its metadata names it) as a new version."""
+        key = ObjectKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.objects[key] = obj
+        self.bump(key)
+        return key
+
+    def bump(self, key: ObjectKey) -> None:
+        """Give the Stack at ``key`` a new resourceVersion."""
+        self._version += 1
+        self.objects[key]["metadata"]["resourceVersion"] = str(self._version)
+
+
+class FakeView:
+    """``ObjectView`` over a ``Cluster``: copies, so nobody changes the stored object."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        """Read ``cluster``."""
+        self._cluster = cluster
+        self.forgotten: list[ObjectKey] = []
+
+    def get(self, key: ObjectKey) -> Mapping[str, Any] | None:
+        """A copy of the Stack, or None."""
+        obj = self._cluster.objects.get(key)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def forget(self, key: ObjectKey) -> None:
+        """Record that the reconciler let go of ``key``."""
+        self.forgotten.append(key)
+
+
+class FakeWriter:
+    """``StatusSink`` over a ``Cluster``, like ``StatusWriter``.
+
+    ``update`` drops the Stack's pending progress, applies the mutation to a copy of the
+    stored status and stores the result if it differs. ``publish`` keeps the newest
+    progress mutation per Stack until ``flush`` applies it (the writer's thread, by hand).
+    ``too_large`` makes the next update whose status holds that field fail as the API
+    server does with a status too large to store. ``reasons`` collects every condition
+    reason any write stored.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        """Write into ``cluster``."""
+        self._cluster = cluster
+        self.pending: dict[ObjectKey, Mutation] = {}
+        self.writes: list[dict[str, Any]] = []
+        self.reasons: set[str] = set()
+        self.forgotten: list[ObjectKey] = []
+        self.too_large: str | None = None
+
+    def update(self, key: ObjectKey, mutate: Mutation) -> bool:
+        """Apply ``mutate`` now; False if the status did not change."""
+        self.discard(key)
+        return self._apply(key, mutate)
+
+    def publish(self, key: ObjectKey, mutate: Mutation) -> None:
+        """Keep ``mutate`` as the Stack's pending progress (replacing an older one)."""
+        self.pending[key] = mutate
+
+    def discard(self, key: ObjectKey) -> None:
+        """Drop the Stack's pending progress."""
+        self.pending.pop(key, None)
+
+    def forget(self, key: ObjectKey) -> None:
+        """Record that the reconciler let go of ``key``."""
+        self.forgotten.append(key)
+
+    def flush(self, key: ObjectKey) -> bool:
+        """Write the Stack's pending progress, as the writer's thread would; False if none."""
+        mutate = self.pending.pop(key, None)
+        return mutate is not None and self._apply(key, mutate)
+
+    def _apply(self, key: ObjectKey, mutate: Mutation) -> bool:
+        obj = self._cluster.objects.get(key)
+        if obj is None:
+            return False
+        old = copy.deepcopy(obj.get("status") or {})
+        new = mutate(copy.deepcopy(old))
+        if self.too_large is not None and self.too_large in new:
+            self.too_large = None
+            raise StatusTooLargeError(status=500, reason="etcdserver: request is too large")
+        if new == old:
+            return False
+        obj["status"] = new
+        self._cluster.bump(key)
+        self.writes.append(copy.deepcopy(new))
+        self.reasons.update(c["reason"] for c in new.get("conditions") or ())
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Posted:
+    """One Event the reconciler posted."""
+
+    type_: str
+    reason: str
+    message: str
+
+
+class FakeEvents:
+    """``EventPoster`` that keeps what was posted."""
+
+    def __init__(self) -> None:
+        """Nothing posted yet."""
+        self.posted: list[Posted] = []
+
+    def post(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Keep the Event (``obj`` must be a Stack)."""
+        assert obj["metadata"]["name"]
+        self.posted.append(Posted(type_, reason, message))
+
+    @property
+    def reasons(self) -> list[str]:
+        """The reasons posted, in order."""
+        return [event.reason for event in self.posted]
+
+
+class FakeMetrics:
+    """``UpdateMetrics`` that keeps the observations."""
+
+    def __init__(self) -> None:
+        """Nothing observed yet."""
+        self.updates: list[tuple[str, str]] = []
+        self.reconciles: list[str] = []
+
+    def observe_update(
+        self, operation: str, result: str, seconds: float, changes: Mapping[str, int]
+    ) -> None:
+        """Keep ``(operation, result)``."""
+        assert seconds >= 0
+        assert all(n >= 0 for n in changes.values())
+        self.updates.append((operation, result))
+
+    def observe_reconcile(self, result: str, seconds: float) -> None:
+        """Keep ``result``."""
+        assert seconds >= 0
+        self.reconciles.append(result)
+
+
+class FakeSecrets:
+    """Secrets by namespace and name (plain text values); ``for_namespace`` is the factory."""
+
+    def __init__(self) -> None:
+        """No Secrets yet."""
+        self.data: dict[tuple[str, str], dict[str, str]] = {}
+
+    def for_namespace(self, namespace: str) -> _SecretReader:
+        """A reader of ``namespace``'s Secrets, like ``reconcile.refs.SecretReader``."""
+        return _SecretReader(self, namespace)
+
+
+@dataclasses.dataclass
+class _SecretReader:
+    secrets: FakeSecrets
+    namespace: str
+
+    def resolve(self, ref: ResourceRef) -> str:
+        if ref.literal is not None:
+            return ref.literal
+        assert ref.secret is not None
+        data = self.secrets.data.get((self.namespace, ref.secret.name))
+        if data is None:
+            msg = f'Secret "{ref.secret.name}" not found in namespace "{self.namespace}"'
+            raise MissingSecretError(msg)
+        if ref.secret.key not in data:
+            msg = f'Secret "{ref.secret.name}" has no key "{ref.secret.key}"'
+            raise MissingSecretError(msg)
+        # round-trip through base64 as the API does, so a value survives it intact
+        return base64.b64decode(base64.b64encode(data[ref.secret.key].encode())).decode()
+
+    def resolve_all(self, refs: Mapping[str, ResourceRef]) -> dict[str, str]:
+        return {name: self.resolve(ref) for name, ref in refs.items()}
+
+
+class FakeSource:
+    """``Source``: branches point at ``commits[branch]``; failures are scripted.
+
+    ``resolve_error``/``checkout_error`` are raised by every call until reset;
+    ``missing_dirs`` are ``repoDir`` values the checkout does not contain.
+    """
+
+    def __init__(self) -> None:
+        """Branch ``main`` at commit ``a1…``."""
+        self.commits = {"main": "a1" * 20}
+        self.resolve_error: SourceError | None = None
+        self.checkout_error: SourceError | None = None
+        self.missing_dirs: set[str] = set()
+        self.checkouts: list[tuple[str, str, GitCredentials | None]] = []
+        self.resolved_with: list[GitCredentials | None] = []
+
+    def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
+        """The commit of ``branch`` (the credentials are recorded)."""
+        self.resolved_with.append(credentials)
+        assert url
+        if self.resolve_error is not None:
+            raise self.resolve_error
+        return self.commits[branch]
+
+    def checkout(
+        self, url: str, work_dir: Path, commit: str, credentials: GitCredentials | None
+    ) -> None:
+        """Record the checkout and create ``work_dir``."""
+        if self.checkout_error is not None:
+            raise self.checkout_error
+        self.checkouts.append((url, commit, credentials))
+        work_dir.mkdir(parents=True, exist_ok=True)
+
+    def program_dir(self, checkout: Path, repo_dir: str | None) -> Path:
+        """``checkout/repo_dir``, unless it is one of ``missing_dirs``."""
+        if repo_dir in self.missing_dirs:
+            msg = f"spec.repoDir: {repo_dir!r} does not exist in the commit"
+            raise ProgramDirError(msg)
+        return checkout / (repo_dir or ".")
+
+
+class FakePatcher:
+    """``MetadataPatcher`` over a ``Cluster``; ``conflicts`` answers that many with a 409."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        """Patch Stacks in ``cluster``."""
+        self._cluster = cluster
+        self.conflicts = 0
+        self.patches: list[list[str]] = []
+
+    def set_finalizers(self, key: ObjectKey, resource_version: str, finalizers: list[str]) -> None:
+        """Set the finalizers if the version matches; a deleted Stack is released."""
+        obj = self._cluster.objects.get(key)
+        if obj is None:
+            return
+        if self.conflicts or obj["metadata"]["resourceVersion"] != resource_version:
+            self.conflicts = max(0, self.conflicts - 1)
+            raise TransientError("the Stack changed while its finalizer was updated")
+        self.patches.append(list(finalizers))
+        obj["metadata"]["finalizers"] = list(finalizers)
+        if obj["metadata"].get("deletionTimestamp") and not finalizers:
+            del self._cluster.objects[key]  # the API server lets it go
+        else:
+            self._cluster.bump(key)
+
+
+class FakeRunner:
+    """``Runner`` playing scripted outcomes, one per ``run``/``destroy`` call, in order.
+
+    A script item is an ``Outcome`` or a function ``(request, on_progress, stop) ->
+    Outcome``. ``calls`` records ``(operation, request)``; ``stale_lock`` and
+    ``cancellable`` answer ``clear_stale_lock`` and ``cancel``; ``prepare`` and ``attach``
+    have nothing to do.
+    """
+
+    def __init__(self) -> None:
+        """Nothing scripted."""
+        self.script: collections.deque[Outcome | Script] = collections.deque()
+        self.calls: list[tuple[str, UpdateRequest]] = []
+        self.stale_lock = False
+        self.cancellable = False
+
+    def then(self, *items: Outcome | Script) -> None:
+        """Play ``items`` on the next calls."""
+        self.script.extend(items)
+
+    def run(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        """The next scripted outcome."""
+        return self._play("run", request, on_progress, stop)
+
+    def destroy(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        """The next scripted outcome."""
+        return self._play("destroy", request, on_progress, stop)
+
+    def clear_stale_lock(self, request: UpdateRequest) -> bool:
+        """``stale_lock``, once (a cleared lock is gone)."""
+        self.calls.append(("clear_stale_lock", request))
+        cleared, self.stale_lock = self.stale_lock, False
+        return cleared
+
+    def cancel(self, request: UpdateRequest) -> bool:
+        """``cancellable``, once."""
+        self.calls.append(("cancel", request))
+        cancelled, self.cancellable = self.cancellable, False
+        return cancelled
+
+    def prepare(self, request: UpdateRequest) -> Outcome | None:
+        """Nothing to prepare (recorded)."""
+        self.calls.append(("prepare", request))
+        return None
+
+    def attach(self, request: UpdateRequest) -> Outcome | None:
+        """No operation outlives the operator here (recorded)."""
+        self.calls.append(("attach", request))
+        return None
+
+    def locks(self, request: UpdateRequest) -> list[Any] | None:
+        """This runner cannot see locks."""
+        assert request.stack
+        return None
+
+    @property
+    def operations(self) -> list[str]:
+        """The names of the calls so far."""
+        return [name for name, _ in self.calls]
+
+    def _play(
+        self,
+        name: str,
+        request: UpdateRequest,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> Outcome:
+        self.calls.append((name, request))
+        assert self.script, f"unexpected {name}: nothing scripted"
+        item = self.script.popleft()
+        return item if isinstance(item, Outcome) else item(request, on_progress, stop)
+
+
+def outcome(
+    clock: FakeClock,
+    error: ErrorKind = ErrorKind.NONE,
+    *,
+    operation: str = "up",
+    message: str = "",
+    changes: Mapping[str, int] | None = None,
+    outputs: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """An outcome that started and ended now on ``clock``; ``NONE`` means it succeeded."""
+    now: datetime.datetime = clock.wall()
+    return Outcome(
+        operation=operation,  # type: ignore[arg-type]
+        succeeded=error is ErrorKind.NONE,
+        error=error,
+        message=message,
+        outputs=dict(outputs or {}),
+        resource_changes=dict(changes if changes is not None else {"create": 1}),
+        permalink=None,
+        started=now,
+        ended=now,
+    )

@@ -1,0 +1,92 @@
+"""Deletion on fakes: the finalizer, destroyOnFinalize, and a blocked deletion."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from controller.reconciler import Result, TransientError
+from reconcile.runner import Outcome, UpdateRequest
+from reconcile.stack import FINALIZER
+from status.conditions import Reason
+from status.events import WARNING
+from tests.reconcile.fakes import ProgressCallback
+from tests.reconcile.stack_harness import KEY, SECRET_REF, Harness, reaches
+
+
+@reaches(Reason.DESTROYING)
+def test_destroy_on_finalize_destroys_then_lets_the_stack_go(h: Harness) -> None:
+    """Destroying during the destroy; Destroyed; the finalizer and the work dir go."""
+    h.create(destroyOnFinalize=True)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert (h.work_root / "ns" / "app").is_dir()
+    h.delete()
+    seen: list[dict[str, tuple[str, str]]] = []
+
+    def destroy(
+        _request: UpdateRequest, _on_progress: ProgressCallback, _stop: threading.Event
+    ) -> Outcome:
+        seen.append(h.kstatus())
+        return h.succeed(operation="destroy", changes={"delete": 1})
+
+    h.runner.then(destroy)
+    assert h.reconcile() == Result()
+    assert seen == [{"Ready": ("Unknown", "Destroying"), "Reconciling": ("True", "Destroying")}]
+    assert h.events.posted[-1].reason == "Destroyed"
+    assert h.events.posted[-1].message == "pulumi destroy succeeded (delete 1)"
+    assert h.metrics.updates[-1] == ("destroy", "succeeded")
+    assert KEY not in h.cluster.objects
+    assert not (h.work_root / "ns" / "app").exists()
+    assert h.reconcile() == Result()
+    assert h.writer.forgotten == [KEY]
+    assert h.view.forgotten == [KEY]
+
+
+@reaches(Reason.DELETION_BLOCKED)
+def test_a_failed_destroy_keeps_the_finalizer_until_the_user_gives_up(h: Harness) -> None:
+    """DeletionBlocked (retried by the queue); destroyOnFinalize false releases the Stack."""
+    h.create(destroyOnFinalize=True)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    h.delete()
+    h.runner.then(h.fail(operation="destroy", message="cannot delete bucket"))
+    with pytest.raises(TransientError, match="destroy failed: cannot delete bucket"):
+        h.reconcile()
+    assert h.kstatus() == {
+        "Ready": ("False", "DeletionBlocked"),
+        "Reconciling": ("True", "DeletionBlocked"),
+    }
+    assert (h.events.posted[-1].reason, h.events.posted[-1].type_) == ("DeletionBlocked", WARNING)
+    assert h.cluster.objects[KEY]["metadata"]["finalizers"] == [FINALIZER]
+    h.cluster.objects[KEY]["spec"]["destroyOnFinalize"] = False
+    h.cluster.bump(KEY)
+    assert h.reconcile() == Result()
+    assert KEY not in h.cluster.objects
+    assert h.runner.operations == ["run", "destroy"]
+
+
+def test_a_destroy_that_cannot_be_prepared_is_blocked_too(h: Harness) -> None:
+    """A missing Secret at deletion: DeletionBlocked naming it, no destroy."""
+    h.secrets.data[("ns", "creds")] = {"token": "t"}
+    h.create(destroyOnFinalize=True, envRefs={"TOKEN": SECRET_REF})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    del h.secrets.data[("ns", "creds")]
+    h.delete()
+    with pytest.raises(TransientError, match='cannot prepare destroy: Secret "creds"'):
+        h.reconcile()
+    assert h.runner.operations == ["run"]
+
+
+def test_a_stack_deleted_without_destroy_only_loses_its_finalizer(h: Harness) -> None:
+    """No destroyOnFinalize: no destroy, the finalizer goes."""
+    h.create()
+    h.runner.then(h.succeed())
+    h.reconcile()
+    h.delete()
+    assert h.reconcile() == Result()
+    assert KEY not in h.cluster.objects
+    assert h.runner.operations == ["run"]
+    assert h.patcher.patches == [[FINALIZER], []]
