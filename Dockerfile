@@ -10,7 +10,7 @@
 # tests/hack/test_dockerfile.py lints this file with hadolint and replays its install steps.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# Keep in step with PULUMI_VERSION in hack/test_assets.py: the CLI the tests run.
+# Keep in step with PULUMI_VERSION in testbed/assets.py: the CLI the tests run.
 ARG PULUMI_VERSION=3.274.1
 # x64 or arm64, as the release archives are named.
 ARG PULUMI_ARCH=x64
@@ -26,6 +26,7 @@ COPY pyproject.toml README.md ./
 COPY controller/ controller/
 COPY reconcile/ reconcile/
 COPY status/ status/
+COPY pulumi_stack_operator/ pulumi_stack_operator/
 # The venv has no pip of its own: this stage's pip installs into it (pip --python).
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv --without-pip /opt/venv \
@@ -44,7 +45,7 @@ WORKDIR /download
 ADD ${PULUMI_URL} pulumi.tar.gz
 # hadolint ignore=DL3020
 ADD ${PULUMI_CHECKSUMS_URL} checksums.txt
-# Only what the test bed proves (hack/test_assets.py PULUMI_BINARIES); other language
+# Only what the test bed proves (testbed/assets.py PULUMI_BINARIES); other language
 # hosts would need runtimes this image does not have.
 RUN awk -v archive="pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz" \
         '$2 == archive { print $1 "  pulumi.tar.gz" }' checksums.txt | sha256sum --check --strict \

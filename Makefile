@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PACKAGES := controller reconcile status
+PACKAGES := controller reconcile status pulumi_stack_operator
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -52,7 +52,7 @@ KUBECTL ?= kubectl
 
 .PHONY: run
 run: venv ## Run the operator against the current kubeconfig (needs pulumi on PATH; ARGS=... for flags).
-	$(PY) -m controller --log-format=console $(ARGS)
+	$(PY) -m pulumi_stack_operator --log-format=console $(ARGS)
 
 .PHONY: install
 install: ## Apply the Stack CRD to the current kubeconfig's cluster (server-side apply).

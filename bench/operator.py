@@ -1,6 +1,6 @@
-"""The operator under test: ``python -m controller`` as a subprocess, observed from outside.
+"""The operator under test: ``python -m pulumi_stack_operator``, a subprocess seen from outside.
 
-``Operator`` is the test suite's launcher (``tests.testbed.operator.Operator``: the Pulumi
+``Operator`` is the test suite's launcher (``testbed.operator.Operator``: the Pulumi
 CLI's directory first on ``PATH``, no update checks or plugin downloads, Python programs run
 with this interpreter, ``/metrics`` and the probes on free loopback ports, its log in a
 file, ``start`` returning once the probe port answers, a port collision retried) set up
@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import machine
 from bench.running import Running
 from bench.testbed import TestBed
-from tests.testbed import operator as testbed
+from testbed import operator as testbed
 
 POLL = 0.02  # seconds between probe polls
 STOP_TIMEOUT = 60.0  # seconds after SIGTERM before SIGKILL

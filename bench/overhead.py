@@ -10,10 +10,11 @@ goes first. Times, all wall clock:
   config already set (``cli_config_s``: the ``pulumi config set`` before it, not counted);
 - ``op_e2e_s``: from just before the Stack's spec PATCH until the bench's watch sees
   ``Ready=True`` for the new generation: queueing, status writes, the source checkout, and
-  the runner's ``stack select --create``, ``config set-all`` and ``up`` (outputs and
-  change counts come from its engine events) — everything the user waits for;
+  the runner's ``stack select --create`` and ``up`` (the config goes into the stack
+  settings file; outputs and change counts come from its engine events) — everything the
+  user waits for;
 - ``op_run_s``: the operator's own ``status.history[0].durationSeconds`` of that run, from
-  the runner's start to its end (select, config, up), without queueing, checkout and
+  the runner's start to its end (select, up), without queueing, checkout and
   status writes.
 
 Ratios are of the medians over the runs, all measured in this one run: ``ratio_e2e`` =
@@ -39,7 +40,7 @@ from bench.operator import Operator
 from bench.stats import Summary, median
 from bench.testbed import PROGRAM, TestBed
 from bench.watch import StackWatch, ready
-from tests.testbed.pulumi_env import PulumiEnv
+from testbed.pulumi_env import PulumiEnv
 
 UPDATE_TIMEOUT = 300.0
 

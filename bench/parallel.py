@@ -7,7 +7,7 @@ CPU). The makespan runs from just before the first create until the bench's watc
 every Stack Ready. Reported per worker count ``w``:
 
 - ``w<w>_per_min``: updates per minute (K / makespan);
-- ``w<w>_run_s``: median ``history[0].durationSeconds`` (one update's Automation API time);
+- ``w<w>_run_s``: median ``history[0].durationSeconds`` (one update's Pulumi run time);
 - ``w<w>_cpu_s``: CPU seconds per update used by the operator and every process it reaped
   (git, the Pulumi CLI, language host, program and provider);
 - ``w<w>_busy_pct``: how busy the machine's CPUs were during the makespan (all processes,

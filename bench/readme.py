@@ -120,7 +120,7 @@ def _overhead(s: Summary) -> Row:
         "side, interleaved"
     )
     result = (
-        f"operator {_sig(s.get('op_e2e_s'))} s (patch → Ready), of which its Automation API "
+        f"operator {_sig(s.get('op_e2e_s'))} s (patch → Ready), of which its Pulumi "
         f"run {_sig(s.get('op_run_s'))} s; bare `pulumi up` {_sig(s.get('cli_up_s'))} s → "
         f"**{s.get('ratio_e2e'):.2f}{TIMES}** (the run alone {s.get('ratio_run'):.2f}{TIMES})"
     )
@@ -236,9 +236,10 @@ _LATENCY_NOTE = (
 )
 _OVERHEAD_NOTE = (
     "- *Overhead:* the operator's time runs from the spec PATCH to the watch seeing "
-    "`Ready=True` for the new generation. It includes the checkout and three CLI calls "
-    "where the bare CLI makes one: `stack select`, `config set-all` and `up`; the "
-    "outputs and change counts come from `up`'s engine events. The bare CLI's time is "
+    "`Ready=True` for the new generation. It includes the checkout and two CLI calls "
+    "where the bare CLI makes one: `stack select` and `up` (the config is written into "
+    "the stack settings file, no CLI call); the outputs and change counts come from "
+    "`up`'s engine events (its `--event-log`). The bare CLI's time is "
     "`pulumi up --yes --skip-preview` alone, its config set beforehand. "
     '"The run alone" is `status.history[0].durationSeconds`.'
 )

@@ -1,7 +1,7 @@
-"""The benchmarks' test bed: the real components of ``tests/testbed``, started once per run.
+"""The benchmarks' test bed: the real components of ``testbed/``, started once per run.
 
 ``TestBed.start()`` starts etcd + kube-apiserver (``ControlPlane``, binaries from
-``hack.test_assets``), applies the Stack CRD with ``kubectl apply --server-side``, starts a
+``testbed.assets``), applies the Stack CRD with ``kubectl apply --server-side``, starts a
 ``git daemon`` and pushes the ``files`` test program (under ``app/``) as one commit, which
 every benchmark Stack pins. Everything lives under one directory, removed by the caller.
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from hack.test_assets import find_kube_binary, find_pulumi
-from tests.testbed.control_plane import Binaries, ControlPlane
-from tests.testbed.git_server import Checkout, GitServer
-from tests.testbed.pulumi_env import TEST_PASSPHRASE
+from testbed.assets import find_kube_binary, find_pulumi
+from testbed.control_plane import Binaries, ControlPlane
+from testbed.git_server import Checkout, GitServer
+from testbed.pulumi_env import TEST_PASSPHRASE
 
 REPO = Path(__file__).resolve().parents[1]
-PROGRAM = REPO / "tests" / "testbed" / "programs" / "files"
+PROGRAM = REPO / "testbed" / "programs" / "files"
 STACK_CRD = REPO / "manifests" / "crd" / "stacks.pulumi.com.yaml"
 PASSPHRASE_SECRET = "pulumi-secrets"  # noqa: S105 - the Secret's name
 POOL_SIZE = 16  # HTTP connections of the bench's own API client (seeding uses 8 threads)

@@ -1,9 +1,19 @@
-"""The operator's configuration: command-line flags, each with an environment fallback.
+"""The manager's configuration: command-line flags, each with an environment fallback.
 
-Every flag ``--some-flag`` can also be set as ``PSO_SOME_FLAG`` (a flag given on the
-command line wins). ``WATCH_NAMESPACE`` is accepted for ``--namespaces`` too, as the
-Pulumi Kubernetes Operator reads it. A bad value is a usage error: a message on stderr
-and exit status 2, before anything starts.
+The flags here are those of any controller built on this package: what to watch, how many
+workers, leader election, the endpoints, logging, the kubeconfig. The program using the
+manager describes itself with an ``Application``: its name and description (for
+``--help``), its environment prefix, its default Lease name, and a function adding its
+own flags to the same parser. ``parse(argv, app)`` returns both parts: the manager's
+``Config`` and an ``argparse.Namespace`` with every flag, from which the application
+reads its own (``parse_config`` when it has none). The argparse types below (``positive``,
+``non_negative_int``) are for the application's flags too.
+
+Every flag ``--some-flag``, the application's included, can also be set as the
+environment variable ``<prefix>SOME_FLAG`` (a flag given on the command line wins).
+``WATCH_NAMESPACE`` is accepted for ``--namespaces`` too, as operator-sdk operators read
+it. A bad value is a usage error: a message on stderr and exit status 2, before anything
+starts.
 """
 
 from __future__ import annotations
@@ -13,19 +23,17 @@ import dataclasses
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from controller.logs import LEVELS, LogFormat
 
-ENV_PREFIX = "PSO_"
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Validated settings; see ``build_parser`` for each one's meaning and default."""
+    """Validated manager settings; see ``build_parser`` for each one's meaning and default."""
 
     namespaces: tuple[str, ...]  # empty: all namespaces
     workers: int
@@ -33,13 +41,8 @@ class Config:
     """At most this many reconciles of one namespace run at once; 0 means no limit.
 
     Namespaces take turns for free workers either way (round robin); the cap also keeps
-    workers free for other namespaces while one namespace has many Stacks waiting.
+    workers free for other namespaces while one namespace has many objects waiting.
     Default: half of ``workers``, at least 1.
-    """
-    run_timeout: float
-    """Seconds one Pulumi run may take before it is interrupted (default 7200).
-
-    A Stack's ``spec.timeoutSeconds`` overrides it for that Stack.
     """
     resync_period: float
     metrics_bind_address: str
@@ -55,10 +58,36 @@ class Config:
     log_level: str
     kubeconfig: str | None
     identity: str
-    work_dir: str
-    default_backend: str | None
-    update_retry_base: float
-    max_update_failures: int
+
+
+def _no_flags(parser: argparse.ArgumentParser) -> None:
+    """Add nothing: an application without flags of its own."""
+    del parser
+
+
+@dataclasses.dataclass(frozen=True)
+class Application:
+    """The program built on the manager, as its command line presents it."""
+
+    prog: str
+    """The program's name in usage lines (``usage: <prog> ...``)."""
+    description: str
+    """The first sentence of ``--help``; a sentence on the environment follows it."""
+    env_prefix: str
+    """Prefix of the environment variables standing in for flags, e.g. ``PSO_``."""
+    lease_name: str
+    """Default of ``--leader-election-id``: the Lease the replicas elect a leader on."""
+    add_flags: Callable[[argparse.ArgumentParser], None] = _no_flags
+    """Adds the application's own flags to the parser, after the manager's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """What ``parse`` returns: the manager's settings and every flag's value."""
+
+    config: Config
+    args: argparse.Namespace
+    """Every flag by its ``dest``, the application's included, environment applied."""
 
 
 def _address(value: str) -> tuple[str, int]:
@@ -70,7 +99,9 @@ def _address(value: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)  # noqa: S104 - the documented meaning of ":port"
 
 
-def _positive(kind: type[float]) -> Callable[[str], float]:
+def positive(kind: type[float]) -> Callable[[str], float]:
+    """An argparse ``type``: a number of ``kind`` (``int`` or ``float``) greater than 0."""
+
     def parse(value: str) -> float:
         try:
             number = kind(value)
@@ -85,7 +116,8 @@ def _positive(kind: type[float]) -> Callable[[str], float]:
     return parse
 
 
-def _non_negative_int(value: str) -> int:
+def non_negative_int(value: str) -> int:
+    """An argparse ``type``: a whole number, 0 or more."""
     try:
         number = int(value)
     except ValueError:
@@ -113,14 +145,24 @@ def _default_namespace() -> str:
         return "default"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The flag parser; ``--help`` is the reference for every flag."""
-    p = argparse.ArgumentParser(
-        prog="pulumi-stack-operator",
-        description="Reconcile pulumi.com/v1 Stacks through the Pulumi Automation API. "
-        f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG_NAME>.",
+def build_parser(app: Application) -> argparse.ArgumentParser:
+    """The flag parser, ``app``'s flags included; ``--help`` is the reference for each."""
+    parser = argparse.ArgumentParser(
+        prog=app.prog,
+        description=f"{app.description} Every flag can also be set as an environment "
+        f"variable {app.env_prefix}<FLAG_NAME>.",
     )
-    add = p.add_argument
+    _add_work_flags(parser)
+    _add_endpoint_flags(parser)
+    _add_leader_election_flags(parser, app.lease_name)
+    _add_process_flags(parser)
+    app.add_flags(parser)
+    return parser
+
+
+def _add_work_flags(parser: argparse.ArgumentParser) -> None:
+    """What is watched and how much runs at once."""
+    add = parser.add_argument
     add(
         "--namespaces",
         type=_namespaces,
@@ -129,31 +171,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--workers",
-        type=_positive(int),
+        type=positive(int),
         default=2,
-        help="concurrent reconciles (Pulumi updates) (default: 2)",
+        help="concurrent reconciles (default: 2)",
     )
     add(
         "--max-concurrent-reconciles-per-namespace",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         help="reconciles of one namespace running at once, so that a namespace with many "
-        "Stacks waiting leaves workers to the others; namespaces also take turns for free "
+        "objects waiting leaves workers to the others; namespaces also take turns for free "
         "workers; 0 for no limit (default: half of --workers, at least 1)",
     )
     add(
-        "--run-timeout",
-        type=_positive(float),
-        default=7200.0,
-        help="seconds one Pulumi run may take before it is interrupted; a Stack's "
-        "spec.timeoutSeconds overrides it (default: 7200)",
-    )
-    add(
         "--resync-period",
-        type=_positive(float),
+        type=positive(float),
         default=600.0,
-        help="seconds between re-checks of every cached Stack, from memory (default: 600)",
+        help="seconds between re-checks of every cached object, from memory (default: 600)",
     )
+
+
+def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """Where /metrics and the probes listen."""
+    add = parser.add_argument
     add(
         "--metrics-bind-address",
         type=_address,
@@ -168,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="host:port serving /healthz and /readyz; :port for every interface, as the "
         "kubelet's probes need; port 0 disables (default: 127.0.0.1:8081)",
     )
+
+
+def _add_leader_election_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
+    """Whether and how the replicas elect a leader."""
+    add = parser.add_argument
     add(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
@@ -176,8 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--leader-election-id",
-        default="pulumi-stack-operator",
-        help="name of the Lease (default: pulumi-stack-operator)",
+        default=lease_name,
+        help=f"name of the Lease (default: {lease_name})",
     )
     add(
         "--leader-election-namespace",
@@ -186,27 +231,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--lease-duration",
-        type=_positive(float),
+        type=positive(float),
         default=60.0,
         help="seconds a standby waits before taking over a silent leader's Lease (default: 60)",
     )
     add(
         "--renew-deadline",
-        type=_positive(float),
+        type=positive(float),
         default=40.0,
         help="seconds the leader keeps trying to renew before it gives up (default: 40)",
     )
     add(
         "--retry-period",
-        type=_positive(float),
+        type=positive(float),
         default=5.0,
         help="seconds between Lease acquire/renew attempts (default: 5)",
     )
+
+
+def _add_process_flags(parser: argparse.ArgumentParser) -> None:
+    """Shutdown, logging and the cluster connection."""
+    add = parser.add_argument
     add(
         "--shutdown-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=600.0,
-        help="seconds running updates get to finish after SIGTERM before they are "
+        help="seconds running reconciles get to finish after SIGTERM before they are "
         "interrupted; keep below the pod's terminationGracePeriodSeconds (default: 600)",
     )
     add(
@@ -217,46 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-level", choices=LEVELS, default="info", help="minimum level logged (default: info)")
     add(
-        "--work-dir",
-        default=str(Path(tempfile.gettempdir()) / "pulumi-stack-operator"),
-        help="directory for source checkouts and PULUMI_HOME "
-        "(default: $TMPDIR/pulumi-stack-operator)",
-    )
-    add(
-        "--default-backend",
-        default=None,
-        help="state backend for Stacks without spec.backend, e.g. s3://bucket or "
-        "file:///state (default: the Pulumi CLI's own default, Pulumi Cloud)",
-    )
-    add(
-        "--update-retry-base",
-        type=_positive(float),
-        default=10.0,
-        help="seconds before the first retry of a failed update; doubles per failure up "
-        "to the Stack's retryMaxBackoffDurationSeconds (default: 10)",
-    )
-    add(
-        "--max-update-failures",
-        type=_positive(int),
-        default=5,
-        help="consecutive failures after which a Stack is Stalled (RetriesExhausted) until "
-        "its spec, source or a reconcile request changes (default: 5)",
-    )
-    add(
         "--kubeconfig",
         default=None,
         help="kubeconfig file (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config)",
     )
-    return p
 
 
-def _env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> list[str]:
-    """Turn PSO_* variables into flags placed before the real ones (which then win)."""
+def _env_defaults(
+    parser: argparse.ArgumentParser, prefix: str, environ: Mapping[str, str]
+) -> list[str]:
+    """Turn ``<prefix>*`` variables into flags placed before the real ones (which then win)."""
     flags: list[str] = []
     for action in parser._actions:  # noqa: SLF001 - argparse has no public accessor
         if not action.option_strings or action.dest == "help":
             continue
-        name = ENV_PREFIX + action.dest.upper()
+        name = prefix + action.dest.upper()
         value = environ.get(name)
         if value is None and action.dest == "namespaces":
             value = environ.get("WATCH_NAMESPACE")
@@ -278,18 +303,34 @@ def _per_namespace_cap(args: argparse.Namespace) -> int:
     return max(1, args.workers // 2) if cap is None else cap
 
 
-def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
-    """Parse flags (with environment fallbacks); exits with status 2 on bad input."""
+def parse(
+    argv: Sequence[str], app: Application, environ: Mapping[str, str] | None = None
+) -> Parsed:
+    """Parse flags with environment fallbacks (``environ``, default ``os.environ``).
+
+    Exits with status 2 and a usage message on bad input, the application's flags too.
+    """
     environ = os.environ if environ is None else environ
-    parser = build_parser()
-    args = parser.parse_args([*_env_defaults(parser, environ), *argv])
+    parser = build_parser(app)
+    args = parser.parse_args([*_env_defaults(parser, app.env_prefix, environ), *argv])
     if not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period:
         parser.error("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
+    return Parsed(_config(args, environ), args)
+
+
+def parse_config(
+    argv: Sequence[str], app: Application, environ: Mapping[str, str] | None = None
+) -> Config:
+    """``parse(argv, app, environ).config``, for an application without flags of its own."""
+    return parse(argv, app, environ).config
+
+
+def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    """The manager's settings from the parsed flags."""
     return Config(
         namespaces=args.namespaces,
         workers=args.workers,
         max_concurrent_reconciles_per_namespace=_per_namespace_cap(args),
-        run_timeout=args.run_timeout,
         resync_period=args.resync_period,
         metrics_bind_address=f"{args.metrics_bind_address[0]}:{args.metrics_bind_address[1]}",
         health_probe_bind_address=(
@@ -306,8 +347,4 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         log_level=args.log_level,
         kubeconfig=args.kubeconfig or environ.get("KUBECONFIG") or None,
         identity=f"{socket.gethostname()}_{os.getpid()}",
-        work_dir=args.work_dir,
-        default_backend=args.default_backend,
-        update_retry_base=args.update_retry_base,
-        max_update_failures=int(args.max_update_failures),
     )

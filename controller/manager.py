@@ -38,6 +38,7 @@ from controller.informer import (
 )
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.reconciler import Reconciler
+from controller.view import ReadYourWritesView
 from controller.workers import Controller, by_namespace
 
 log = structlog.get_logger(__name__)
@@ -64,6 +65,10 @@ class ManagerContext:
     config: Config
     registry: CollectorRegistry
     stop: threading.Event
+    view: ReadYourWritesView
+    """The cache with this process's writes on top: record each object a write returns
+    with ``view.observe`` and read with ``view.get``, so a decision never rests on a copy
+    older than our own last write. One per manager, shared by everything it builds."""
     handlers: list[EventHandler] = dataclasses.field(default_factory=list)
     """Extra informer event handlers (e.g. metrics); the factory may append to it."""
     closers: list[Callable[[float], object]] = dataclasses.field(default_factory=list)
@@ -216,6 +221,7 @@ class Manager:
             cfg,
             self.registry,
             self._reconcile_stop,
+            ReadYourWritesView(store),
             leading_since=lambda: self._leading_since,
         )
         self._closers = context.closers

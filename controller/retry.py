@@ -19,8 +19,8 @@ Two exceptions to "5xx is transient, 4xx is not":
   report them with ``REACHABILITY.observe``.
 
 This is only for hiccups inside one call. Longer outages are the caller's business: the
-work queue requeues a failed reconcile with the key's own backoff, and the status writer
-keeps a conclusion until it lands.
+work queue requeues a failed reconcile with the key's own backoff, and a writer that must
+not lose a write (the operator's status writer) keeps retrying it until it lands.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The Stack reconciler: validation, sources, Automation API calls, error classification."""
+"""The Stack reconciler: guard list, verdicts, runs, spec validation, git sources, runner."""

@@ -8,9 +8,11 @@ A 409 (someone wrote in between) re-reads the object from the API and applies ``
 again on fresh data. Writes go to the status subresource, so they never bump
 ``metadata.generation``.
 
-"Newest status": the informer's cache lags our own writes, so the writer remembers the
-object each PATCH returned and uses it until the cache has caught up; otherwise a patch
-computed against a stale cached status could forget to remove a field written since.
+"Newest status": the informer's cache lags our own writes, so the writer reads through a
+``controller.view.ReadYourWritesView`` and records there the object each PATCH returned; the
+view answers with it until the cache has caught up. Otherwise a patch computed against a
+stale cached status could forget to remove a field written since. Other code reading the
+same view sees the writer's writes at once too.
 
 Two kinds of intent reach the writer:
 
@@ -48,8 +50,9 @@ import structlog
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
 
-from controller.cache import ObjectKey, Store, resource_version, thaw
+from controller.cache import Object, ObjectKey, resource_version, thaw
 from controller.retry import MAX_DELAY, is_transient, request_too_large, retrying
+from controller.view import ReadYourWritesView
 
 log = structlog.get_logger(__name__)
 
@@ -119,6 +122,8 @@ class _Write:
     maybe_landed: bool = False
     """A PATCH failed after it may have been applied (the answer, not the request, was lost)."""
     failures: int = 0
+    returned: Mapping[str, Any] | None = None
+    """The object the last successful PATCH returned, as the API answered it."""
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,20 +149,13 @@ def _answer_lost(err: Exception) -> bool:
     return True  # a reset connection or a timeout may have delivered the request
 
 
-def _rv_number(obj: Mapping[str, Any] | None) -> int:
-    try:
-        return int(resource_version(obj)) if obj is not None else -1
-    except ValueError:
-        return -1
-
-
 class StatusWriter:
     """Writes ``/status`` of one custom resource kind; see the module docstring."""
 
     def __init__(  # noqa: PLR0913 - the resource's coordinates are four plain strings
         self,
         api_client: client.ApiClient,
-        store: Store,
+        view: ReadYourWritesView,
         group: str,
         version: str,
         plural: str,
@@ -168,7 +166,7 @@ class StatusWriter:
         monotonic: Callable[[], float] = time.monotonic,
         retry_budget: float = MAX_DELAY,
     ) -> None:
-        """Write through ``api_client``; read current objects from ``store``.
+        """Write through ``api_client``; read objects through ``view``, record writes in it.
 
         ``on_written(old_status, new_status)`` runs after each successful write (metrics).
         ``min_interval`` spaces the progress writes of one Stack (``publish``).
@@ -187,9 +185,8 @@ class StatusWriter:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._api = client.CustomObjectsApi(api_client)
-        self._store = store
+        self._view = view
         self._gvp = (group, version, plural)
-        self._written: dict[ObjectKey, Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._patches = Counter(
             "pulumi_stack_status_patches_total",
@@ -201,20 +198,21 @@ class StatusWriter:
         for result in ("written", "conflict", "error"):
             self._patches.labels(result)
 
-    def current(self, key: ObjectKey) -> Mapping[str, Any] | None:
-        """The newest copy of the object known here (cache or our last write)."""
-        cached = self._store.get(key)
-        with self._lock:
-            written = self._written.get(key)
-        if written is not None and _rv_number(written) > _rv_number(cached):
-            return written
-        return cached
+    def current(self, key: ObjectKey) -> Object | None:
+        """The newest copy of the object known here (cache or a write): ``view.get(key)``.
+
+        A thin delegate kept for callers that hold only the writer; read the view directly.
+        """
+        return self._view.get(key)
 
     def forget(self, key: ObjectKey) -> None:
-        """Drop what we remember of a deleted object, including pending progress."""
+        """Drop what we remember of a deleted object, including pending progress.
+
+        The view forgets its written copy too.
+        """
         self.discard(key)
+        self._view.forget(key)
         with self._lock:
-            self._written.pop(key, None)
             self._key_locks.pop(key, None)
         with self._wake:
             self._last_published.pop(key, None)
@@ -397,7 +395,7 @@ class StatusWriter:
                 obj = self._fresh(key)
                 continue
             if result == "written" and self._on_written is not None:
-                self._on_written(old, self._status_of(key))
+                self._on_written(old, (write.returned or {}).get("status") or {})
             return result == "written"
         msg = f"status of {key} kept conflicting"
         raise client.ApiException(status=409, reason=msg)
@@ -432,12 +430,6 @@ class StatusWriter:
             self._on_written(write.before or {}, current)
         return True
 
-    def _status_of(self, key: ObjectKey) -> Mapping[str, Any]:
-        with self._lock:
-            written = self._written.get(key) or {}
-        status: Mapping[str, Any] = written.get("status") or {}
-        return status
-
     def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` with in-call retries, cut short when the writer closes."""
         policy = retrying(max_delay=self._retry_budget, interrupt=self._closing)
@@ -460,9 +452,8 @@ class StatusWriter:
                 write.maybe_landed |= _answer_lost(err)
                 raise
 
-        written = self._call(send)
-        with self._lock:
-            self._written[key] = cast("Mapping[str, Any]", written)
+        write.returned = cast("Mapping[str, Any]", self._call(send))
+        self._view.observe(write.returned)
 
     def _fresh(self, key: ObjectKey) -> Mapping[str, Any] | None:
         group, version, plural = self._gvp

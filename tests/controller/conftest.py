@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.testbed.control_plane import ControlPlane
+from testbed.control_plane import ControlPlane
 
 GROUP, VERSION, PLURAL = "testbed.example.com", "v1", "widgets"
 

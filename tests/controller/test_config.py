@@ -1,36 +1,65 @@
-"""Flags with environment fallbacks; bad input is a usage error (exit 2)."""
+"""The manager's flags with environment fallbacks; an application's own flags beside them.
+
+Bad input is a usage error (exit 2). The operator's own flags and its command line are
+tested in ``tests/pulumi_stack_operator/test_config.py``.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+import argparse
 
 import pytest
 
-from controller.config import parse_config
+from controller.config import (
+    Application,
+    build_parser,
+    non_negative_int,
+    parse,
+    parse_config,
+    positive,
+)
 
-REPO = Path(__file__).resolve().parents[2]
+
+def add_demo_flags(parser: argparse.ArgumentParser) -> None:
+    """The demo application's own flags."""
+    parser.add_argument("--colour", choices=("red", "blue"), default="red")
+    parser.add_argument("--ratio", type=positive(float), default=1.0)
+    parser.add_argument("--spare", type=non_negative_int, default=0)
+    parser.add_argument("--verbose-demo", action=argparse.BooleanOptionalAction, default=False)
+
+
+APP = Application(
+    prog="demo-operator",
+    description="Reconcile demo objects.",
+    env_prefix="DEMO_",
+    lease_name="demo-lease",
+    add_flags=add_demo_flags,
+)
 
 
 def test_environment_fills_in_flags_and_flags_win() -> None:
-    """PSO_* variables set defaults; a flag on the command line overrides them."""
-    env = {"PSO_WORKERS": "5", "PSO_LEADER_ELECT": "true", "WATCH_NAMESPACE": "a,b"}
-    cfg = parse_config([], env)
+    """<prefix>* variables set defaults; a flag on the command line overrides them."""
+    env = {"DEMO_WORKERS": "5", "DEMO_LEADER_ELECT": "true", "WATCH_NAMESPACE": "a,b"}
+    cfg = parse_config([], APP, env)
     assert (cfg.workers, cfg.leader_elect, cfg.namespaces) == (5, True, ("a", "b"))
-    cfg = parse_config(["--workers=3", "--no-leader-elect"], env)
+    cfg = parse_config(["--workers=3", "--no-leader-elect"], APP, env)
     assert (cfg.workers, cfg.leader_elect) == (3, False)
+
+
+def test_only_the_applications_prefix_is_read() -> None:
+    """Another application's variables are not this one's flags."""
+    cfg = parse_config([], APP, {"PSO_WORKERS": "5", "OTHER_WORKERS": "7"})
+    assert cfg.workers == 2
 
 
 def test_endpoints_bind_loopback_unless_told_otherwise() -> None:
     """/metrics and the probes are private by default; ``:port`` binds every interface."""
-    cfg = parse_config([], {})
+    cfg = parse_config([], APP, {})
     assert cfg.metrics_bind_address == "127.0.0.1:8080"
     assert cfg.health_probe_bind_address == "127.0.0.1:8081"
-    cfg = parse_config([], {"PSO_METRICS_BIND_ADDRESS": ":9090"})
+    cfg = parse_config([], APP, {"DEMO_METRICS_BIND_ADDRESS": ":9090"})
     assert cfg.metrics_bind_address == "0.0.0.0:9090"
-    cfg = parse_config(["--health-probe-bind-address=:9091"], {})
+    cfg = parse_config(["--health-probe-bind-address=:9091"], APP, {})
     assert cfg.health_probe_bind_address == "0.0.0.0:9091"
 
 
@@ -41,49 +70,80 @@ def test_endpoints_bind_loopback_unless_told_otherwise() -> None:
         pytest.param(["--workers=1"], {}, 1, id="default-at-least-1"),
         pytest.param(["--workers=5"], {}, 2, id="default-half-the-workers"),
         pytest.param(["--max-concurrent-reconciles-per-namespace=0"], {}, 0, id="no-limit"),
-        pytest.param([], {"PSO_MAX_CONCURRENT_RECONCILES_PER_NAMESPACE": "3"}, 3, id="environment"),
+        pytest.param(
+            [], {"DEMO_MAX_CONCURRENT_RECONCILES_PER_NAMESPACE": "3"}, 3, id="environment"
+        ),
     ],
 )
 def test_per_namespace_cap(argv: list[str], env: dict[str, str], cap: int) -> None:
     """Half the workers (at least 1) unless given; 0 means no limit."""
-    assert parse_config(argv, env).max_concurrent_reconciles_per_namespace == cap
+    assert parse_config(argv, APP, env).max_concurrent_reconciles_per_namespace == cap
 
 
-def test_run_timeout() -> None:
-    """Two hours by default, from the flag or PSO_RUN_TIMEOUT otherwise."""
-    assert parse_config([], {}).run_timeout == 7200.0
-    assert parse_config([], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 90.0
-    assert parse_config(["--run-timeout=1.5"], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 1.5
+def test_the_lease_name_defaults_to_the_applications() -> None:
+    """``--leader-election-id`` defaults to the application's Lease; the flag overrides it."""
+    assert parse_config([], APP, {}).leader_election_id == "demo-lease"
+    assert parse_config(["--leader-election-id=x"], APP, {}).leader_election_id == "x"
+
+
+def test_the_applications_flags_are_read_back_with_the_environment() -> None:
+    """The application's flags parse beside the manager's, with the same env fallbacks."""
+    parsed = parse(["--ratio=2.5"], APP, {"DEMO_COLOUR": "blue", "DEMO_VERBOSE_DEMO": "1"})
+    assert (parsed.args.colour, parsed.args.ratio, parsed.args.verbose_demo) == ("blue", 2.5, True)
+    assert parsed.args.spare == 0
+    assert parsed.config.workers == 2  # the manager's part is there too
+    assert parse([], APP, {}).args.colour == "red"
+
+
+def test_help_names_the_application_and_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` shows the application's name, description, prefix and both sets of flags."""
+    with pytest.raises(SystemExit) as exited:
+        parse(["--help"], APP, {})
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: demo-operator")
+    assert "Reconcile demo objects. Every flag can also be set as an environment variable " in out
+    assert "DEMO_<FLAG_NAME>" in out
+    for flag in ("--workers", "--leader-election-id", "--colour", "--verbose-demo"):
+        assert flag in out
+    assert "(default: demo-lease)" in out
+
+
+def test_an_application_without_flags_gets_the_managers_only() -> None:
+    """The default ``add_flags`` adds nothing; an unknown flag is still refused."""
+    bare = Application(prog="bare", description="Bare.", env_prefix="BARE_", lease_name="bare")
+    dests = {a.dest for a in build_parser(bare)._actions}  # noqa: SLF001 - no public accessor
+    assert "workers" in dests
+    assert "colour" not in dests
+    assert not dests & {"work_dir", "run_timeout", "default_backend", "runner"}
 
 
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
         pytest.param(["--workers=0"], {}, "must be greater than 0", id="zero-workers"),
-        pytest.param([], {"PSO_WORKERS": "many"}, "is not a number", id="env-not-a-number"),
+        pytest.param([], {"DEMO_WORKERS": "many"}, "is not a number", id="env-not-a-number"),
         pytest.param(["--namespaces=Bad_NS"], {}, "not a valid namespace", id="namespace"),
         pytest.param(["--metrics-bind-address=8080"], {}, "is not host:port", id="address"),
         pytest.param(["--retry-period=35"], {}, "--renew-deadline", id="lease-timing"),
         pytest.param(["--frobnicate"], {}, "unrecognized arguments", id="unknown-flag"),
-        pytest.param([], {"PSO_LEADER_ELECT": "maybe"}, "true or false", id="env-bool"),
+        pytest.param([], {"DEMO_LEADER_ELECT": "maybe"}, "true or false", id="env-bool"),
         pytest.param(
             ["--max-concurrent-reconciles-per-namespace=-1"], {}, "must be 0 or more", id="cap"
         ),
-        pytest.param(["--run-timeout=0"], {}, "must be greater than 0", id="run-timeout"),
+        pytest.param(["--ratio=0"], {}, "must be greater than 0", id="app-positive"),
+        pytest.param(["--spare=x"], {}, "is not a whole number", id="app-whole-number"),
+        pytest.param([], {"DEMO_COLOUR": "green"}, "invalid choice", id="app-env-choice"),
+        pytest.param([], {"DEMO_VERBOSE_DEMO": "maybe"}, "true or false", id="app-env-bool"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(
-    argv: list[str], env: dict[str, str], message: str
+    argv: list[str], env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The CLI refuses bad flags or variables with a usage message and status 2."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "controller", *argv],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
-    assert proc.returncode == 2
-    assert message in proc.stderr
+    """Bad flags or variables, the application's too, are a usage error: status 2."""
+    with pytest.raises(SystemExit) as exited:
+        parse(argv, APP, env)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: demo-operator")
+    assert message in err

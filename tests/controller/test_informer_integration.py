@@ -18,8 +18,8 @@ from controller.informer import (
     Informer,
     WatchEvent,
 )
+from testbed.control_plane import ControlPlane
 from tests.controller.conftest import GROUP, PLURAL, VERSION
-from tests.testbed.control_plane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

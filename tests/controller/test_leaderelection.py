@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
-from tests.testbed.control_plane import ControlPlane
+from testbed.control_plane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

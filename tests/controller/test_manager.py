@@ -16,11 +16,11 @@ from kubernetes import client
 
 from controller.config import parse_config
 from controller.manager import Manager, ManagerContext, Resource
+from testbed.control_plane import ControlPlane
+from testbed.operator import WIDGET_OPERATOR, Operator
+from testbed.process import free_port
 from tests.controller.conftest import GROUP, PLURAL, VERSION
-from tests.controller.widget_operator import WidgetReconciler
-from tests.testbed.control_plane import ControlPlane
-from tests.testbed.operator import WIDGET_OPERATOR, Operator
-from tests.testbed.process import free_port
+from tests.controller.widget_operator import WIDGETS, WidgetReconciler
 
 # -- the process -------------------------------------------------------------------------
 
@@ -95,9 +95,7 @@ def annotation(api: client.CustomObjectsApi, namespace: str, name: str, key: str
 def lease_holder(control_plane: ControlPlane, namespace: str) -> str | None:
     """The Lease's holderIdentity."""
     with control_plane.api_client() as api:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(
-            "pulumi-stack-operator", namespace
-        )
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(WIDGETS.lease_name, namespace)
     return lease.spec.holder_identity if lease.spec else None
 
 
@@ -147,9 +145,10 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     first = widget_operator(control_plane, namespace, tmp_path / "a.log", *timing)
     second = widget_operator(control_plane, namespace, tmp_path / "b.log", *timing)
     operators.extend([first, second])
-    wait_for(lambda: first.is_leader() or second.is_leader(), what="a leader")
-    leader, standby = (first, second) if first.is_leader() else (second, first)
-    assert not standby.is_leader()
+    lease = WIDGETS.lease_name
+    wait_for(lambda: first.is_leader(lease) or second.is_leader(lease), what="a leader")
+    leader, standby = (first, second) if first.is_leader(lease) else (second, first)
+    assert not standby.is_leader(lease)
     assert standby.get("/readyz")[0] == 200  # a standby's cache is warm
 
     create_widget(widgets, namespace, "w1")
@@ -160,7 +159,7 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     assert by.endswith(f"_{leader.pid}")
 
     leader.stop(signal.SIGKILL)
-    wait_for(standby.is_leader, timeout=30, what="failover")
+    wait_for(lambda: standby.is_leader(lease), timeout=30, what="failover")
     create_widget(widgets, namespace, "w2")
     wait_for(lambda: annotation(widgets, namespace, "w2", "reconciled-by"), what="reconcile")
     assert str(annotation(widgets, namespace, "w2", "reconciled-by")).endswith(f"_{standby.pid}")
@@ -243,6 +242,7 @@ def test_healthz_fails_while_a_registered_liveness_check_fails(
             "--metrics-bind-address=127.0.0.1:0",
             f"--health-probe-bind-address=127.0.0.1:{port}",
         ],
+        WIDGETS,
         environ={},
     )
     with control_plane.api_client() as api:

@@ -1,9 +1,11 @@
 """A real manager reconciling test Widgets, run as a subprocess by the manager tests.
 
-``python -m tests.controller.widget_operator [flags]`` takes the operator's flags. The
-reconciler marks each Widget it handles with annotations the tests read:
-``testbed/started-by`` when it starts, then after ``spec.sleepSeconds`` (cut short by a
-shutdown interrupt) ``testbed/reconciled-by`` or ``testbed/interrupted-by``.
+``python -m tests.controller.widget_operator [flags]`` takes the manager's flags only
+(``controller.config``, as ``WIDGETS`` presents them): a second application of the generic
+machinery, with its own environment prefix and Lease. The reconciler marks each Widget
+it handles with annotations the tests read: ``testbed/started-by`` when it starts, then
+after ``spec.sleepSeconds`` (cut short by a shutdown interrupt) ``testbed/reconciled-by``
+or ``testbed/interrupted-by``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ import threading
 from kubernetes import client
 
 from controller.cache import ObjectKey
-from controller.config import parse_config
+from controller.config import Application, parse_config
 from controller.logs import configure_logging
 from controller.manager import Manager, ManagerContext, Resource, run
 from controller.reconciler import Result
 from tests.controller.conftest import GROUP, PLURAL, VERSION
+
+WIDGETS = Application(
+    prog="widget-operator",
+    description="Annotate test Widgets with who reconciled them.",
+    env_prefix="WIDGET_",
+    lease_name="widget-operator",
+)
 
 
 class WidgetReconciler:
@@ -51,7 +60,7 @@ class WidgetReconciler:
 
 def main() -> int:
     """Run the manager over widgets."""
-    cfg = parse_config(sys.argv[1:])
+    cfg = parse_config(sys.argv[1:], WIDGETS)
     configure_logging(cfg.log_format, cfg.log_level)
     resource = Resource(GROUP, VERSION, PLURAL)
     return run(Manager(cfg, "widgets", resource, WidgetReconciler))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.test_assets import find_kube_binary
+from testbed.assets import find_kube_binary
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
 KUSTOMIZATIONS = sorted(

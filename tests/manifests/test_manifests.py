@@ -18,6 +18,7 @@ import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,19 +26,19 @@ import yaml
 from kubernetes import client
 from pulumi import automation as auto
 
-from controller.config import Config, parse_config
 from controller.manager import Manager, ManagerContext
 from controller.workers import INTERRUPT_TIMEOUT
-from hack.test_assets import AssetError, find_prometheus_operator_crds
-from reconcile import setup
-from reconcile.automation import DEFAULT_INTERRUPT_GRACE
+from pulumi_stack_operator import wiring
+from pulumi_stack_operator.config import OperatorConfig, parse_config
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE
 from reconcile.spec import parse_spec
 from reconcile.stack import StackReconciler
+from testbed.assets import AssetError, find_prometheus_operator_crds
+from testbed.control_plane import ControlPlane
+from testbed.prometheus import INSTALL_HINT, find_binary
+from testbed.pulumi_env import PulumiEnv
 from tests.manifests.conftest import KUSTOMIZATIONS, MANIFESTS, Manifest, pick, render
 from tests.manifests.promql import Selector, selectors, substitute
-from tests.testbed.control_plane import ControlPlane
-from tests.testbed.prometheus import INSTALL_HINT, find_binary
-from tests.testbed.pulumi_env import PulumiEnv
 
 REPO = MANIFESTS.parent
 SYSTEM_NAMESPACE = "pulumi-stack-operator-system"
@@ -136,8 +137,8 @@ def container(directory: str) -> dict[str, Any]:
     return dict(manager)
 
 
-def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> Config:
-    """The Deployment's args and env through ``controller.config``, as the pod would."""
+def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> OperatorConfig:
+    """The Deployment's args and env through the operator's parser, as the pod would."""
     manager = container(directory)
     downward = {"metadata.namespace": pod_namespace}
     environ = {}
@@ -153,8 +154,8 @@ def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> Con
 def test_deployment_flags_parse(directory: str, watched: tuple[str, ...]) -> None:
     """The args parse; the overlay watches the pod's namespace, the default install all."""
     cfg = deployed_config(directory)
-    assert cfg.namespaces == watched
-    assert cfg.leader_elect
+    assert cfg.manager.namespaces == watched
+    assert cfg.manager.leader_elect
 
 
 @pytest.mark.parametrize("directory", INSTALLS)
@@ -163,8 +164,8 @@ def test_deployment_ports_and_probes_match_the_flags(directory: str) -> None:
     cfg = deployed_config(directory)
     manager = container(directory)
     ports = {port["name"]: port["containerPort"] for port in manager["ports"]}
-    assert cfg.metrics_bind_address == f"0.0.0.0:{ports['metrics']}"
-    assert cfg.health_probe_bind_address == f"0.0.0.0:{ports['health']}"
+    assert cfg.manager.metrics_bind_address == f"0.0.0.0:{ports['metrics']}"
+    assert cfg.manager.health_probe_bind_address == f"0.0.0.0:{ports['health']}"
     assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     service = pick(render(directory), "Service", "pulumi-stack-operator-metrics")
@@ -181,14 +182,14 @@ def test_deployment_binds_every_interface_explicitly(directory: str) -> None:
     The kubelet's probes and the metrics Service reach the pod on its IP, not 127.0.0.1.
     """
     defaults = parse_config([], {})
-    assert defaults.metrics_bind_address == "127.0.0.1:8080"
-    assert defaults.health_probe_bind_address == "127.0.0.1:8081"
+    assert defaults.manager.metrics_bind_address == "127.0.0.1:8080"
+    assert defaults.manager.health_probe_bind_address == "127.0.0.1:8081"
     args = container(directory)["args"]
     assert "--metrics-bind-address=:8080" in args
     assert "--health-probe-bind-address=:8081" in args
     cfg = deployed_config(directory)
-    assert cfg.metrics_bind_address == "0.0.0.0:8080"
-    assert cfg.health_probe_bind_address == "0.0.0.0:8081"
+    assert cfg.manager.metrics_bind_address == "0.0.0.0:8080"
+    assert cfg.manager.health_probe_bind_address == "0.0.0.0:8081"
 
 
 @pytest.mark.parametrize(
@@ -201,8 +202,8 @@ def test_deployment_binds_every_interface_explicitly(directory: str) -> None:
 def test_per_namespace_cap(directory: str, cap: int) -> None:
     """All namespaces: half the workers per namespace; one namespace: no cap to idle them."""
     cfg = deployed_config(directory)
-    assert cfg.workers == 2
-    assert cfg.max_concurrent_reconciles_per_namespace == cap
+    assert cfg.manager.workers == 2
+    assert cfg.manager.max_concurrent_reconciles_per_namespace == cap
 
 
 def test_shutdown_fits_in_the_grace_period() -> None:
@@ -213,7 +214,7 @@ def test_shutdown_fits_in_the_grace_period() -> None:
     """
     cfg = deployed_config("default")
     pod = pick(render("default"), "Deployment")["spec"]["template"]["spec"]
-    spare = pod["terminationGracePeriodSeconds"] - cfg.shutdown_timeout
+    spare = pod["terminationGracePeriodSeconds"] - cfg.manager.shutdown_timeout
     assert spare >= INTERRUPT_TIMEOUT > DEFAULT_INTERRUPT_GRACE
 
 
@@ -454,7 +455,7 @@ Families = dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]]
 def operator_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Families]:
     """The series names the operator registers, built in-process as the Deployment runs it.
 
-    The real ``Manager`` and ``reconcile.setup.new_stack_reconciler`` on a fresh registry,
+    The real ``Manager`` and ``wiring.new_stack_reconciler`` on a fresh registry,
     with the Deployment's flags; only the Pulumi CLI check is skipped (not needed to
     register metrics).
     """
@@ -464,14 +465,15 @@ def operator_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Famili
 
     def new_reconciler(context: ManagerContext) -> StackReconciler:
         contexts.append(context)
-        return setup.new_stack_reconciler(context)
+        return wiring.new_stack_reconciler(context, cfg)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(setup, "pulumi_command", lambda: None)
+        # A CLI that is never run: registering metrics needs no Pulumi.
+        patch.setattr(wiring, "pulumi_command", lambda: SimpleNamespace(command="pulumi"))
         patch.setenv("PULUMI_PYTHON_CMD", "python3")
         patch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
         manager = Manager(
-            cfg, "stacks", setup.STACKS, new_reconciler, api_client=client.ApiClient()
+            cfg.manager, "stacks", wiring.STACKS, new_reconciler, api_client=client.ApiClient()
         )
     try:
         yield registered_series(manager)

@@ -3,7 +3,7 @@
 The table is the contract: each row names a rule and the code that needs it. The
 ClusterRole (all namespaces) and the single-namespace overlay's Role, each with the
 leader-election Role, must grant exactly its rows. Against the real apiserver, a token of
-the operator's ServiceAccount (``tests.testbed.rbac``) is allowed every row and refused
+the operator's ServiceAccount (``testbed.rbac``) is allowed every row and refused
 every other verb on the same resources, and real calls shaped like the operator's succeed
 where a call outside the table gets 403.
 """
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from testbed.control_plane import ControlPlane
+from testbed.rbac import SERVICE_ACCOUNT, operator_kubeconfig
 from tests.manifests.conftest import MANIFESTS, pick, render
-from tests.testbed.control_plane import ControlPlane
-from tests.testbed.rbac import SERVICE_ACCOUNT, operator_kubeconfig
 
 README = MANIFESTS.parent / "README.md"
 HEADER = "| API group | resource | verbs | why |"

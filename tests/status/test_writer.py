@@ -14,6 +14,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from controller.cache import ObjectKey, Store
+from controller.view import ReadYourWritesView
 from status import conditions as cond
 from status.writer import StatusTooLargeError, StatusWriter
 
@@ -68,7 +69,7 @@ def test_unchanged_status_is_not_written_again(
     """Writing the same conditions twice costs one PATCH; resourceVersion stays put."""
     key, store, api = stack
     registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry)
+    writer = StatusWriter(api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, registry)
     assert writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
     after_first = get(api, key.namespace)
     assert not writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
@@ -86,7 +87,9 @@ def test_a_stale_cache_never_resurrects_or_keeps_removed_fields(
 ) -> None:
     """A field written then removed is gone, even though the cache never saw it."""
     key, store, api = stack
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, CollectorRegistry())
+    writer = StatusWriter(
+        api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, CollectorRegistry()
+    )
     writer.update(
         key, lambda s: {**cond.progressing(s, 1, "go", NOW), "currentUpdate": {"generation": 1}}
     )
@@ -102,13 +105,33 @@ def test_a_stale_cache_never_resurrects_or_keeps_removed_fields(
     assert [c["type"] for c in status["conditions"]] == ["Ready"]
 
 
+def test_a_write_is_read_back_through_the_shared_view(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """The view answers with the written object until the cache catches up; forget drops it."""
+    key, store, api = stack
+    view = ReadYourWritesView(store)
+    writer = StatusWriter(api_client, view, GROUP, VERSION, PLURAL, CollectorRegistry())
+    cached_version = store.get(key)["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
+    seen = view.get(key)
+    assert seen is not None
+    assert seen["metadata"]["resourceVersion"] != cached_version
+    assert seen["status"]["conditions"][0]["type"] == "Ready"
+    assert writer.current(key) is seen
+    writer.forget(key)
+    assert view.get(key) is store.get(key)  # the stale cached copy again
+    store.upsert(get(api, key.namespace))  # the informer catches up
+    assert view.get(key) is store.get(key)
+
+
 def test_a_conflicting_write_is_retried_on_fresh_data(
     api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
 ) -> None:
     """Someone else changed the object: 409, re-read, apply again, keep their field."""
     key, store, api = stack
     registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry)
+    writer = StatusWriter(api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, registry)
     api.patch_namespaced_custom_object_status(
         GROUP, VERSION, key.namespace, PLURAL, key.name, {"status": {"outputs": {"theirs": 1}}}
     )
@@ -124,7 +147,9 @@ def test_a_deleted_object_is_not_written(
 ) -> None:
     """If the Stack is gone the writer reports no write instead of failing."""
     key, store, api = stack
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, CollectorRegistry())
+    writer = StatusWriter(
+        api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, CollectorRegistry()
+    )
     api.delete_namespaced_custom_object(GROUP, VERSION, key.namespace, PLURAL, key.name)
     assert not writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
 
@@ -158,7 +183,13 @@ def publishing(
     """A writer whose first progress intent ("running") has been written."""
     registry = CollectorRegistry()
     writer = StatusWriter(
-        api_client, store, GROUP, VERSION, PLURAL, registry, min_interval=min_interval
+        api_client,
+        ReadYourWritesView(store),
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry,
+        min_interval=min_interval,
     )
     writer.publish(key, step("running"))
     wait_for(lambda: written(registry, "written") == 1, "the first progress write")
@@ -229,7 +260,7 @@ def test_a_status_too_large_to_store_raises_status_too_large_error(
     """Each size limit on the way to etcd refuses at once: a dedicated error, no retries."""
     key, store, api = stack
     registry = CollectorRegistry()
-    writer = StatusWriter(api_client, store, GROUP, VERSION, PLURAL, registry)
+    writer = StatusWriter(api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, registry)
     huge = "x" * int(mebibytes * 1024 * 1024)
     outcome: list[bool | BaseException] = []
 

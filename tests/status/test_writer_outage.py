@@ -25,8 +25,10 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
 from controller import retry
 from controller.cache import ObjectKey, Store
+from controller.view import ReadYourWritesView
 from status import conditions as cond
 from status.writer import StatusTooLargeError, StatusWriter, merge_patch
+from testbed.control_plane import ControlPlane
 from tests.status.test_writer import (
     GROUP,
     PLURAL,
@@ -38,7 +40,6 @@ from tests.status.test_writer import (
     wait_for,
     written,
 )
-from tests.testbed.control_plane import ControlPlane
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 KEY = ObjectKey("ns", "s")
@@ -180,7 +181,7 @@ def new_writer(
     registry = CollectorRegistry()
     writer = StatusWriter(
         fake.install(monkeypatch),
-        fake.store(),
+        ReadYourWritesView(fake.store()),
         GROUP,
         VERSION,
         PLURAL,
@@ -408,11 +409,17 @@ def test_progress_and_a_conclusion_survive_the_apiserver_being_down(
     budget = 1.0  # seconds of in-call retries; the outage outlasts several
     progress_metrics, update_metrics = CollectorRegistry(), CollectorRegistry()
     progress = StatusWriter(
-        api_client, progress_store, GROUP, VERSION, PLURAL, progress_metrics,
+        api_client, ReadYourWritesView(progress_store), GROUP, VERSION, PLURAL, progress_metrics,
         min_interval=0.2, retry_budget=budget,
     )  # fmt: skip
     conclusions = StatusWriter(
-        api_client, update_store, GROUP, VERSION, PLURAL, update_metrics, retry_budget=budget
+        api_client,
+        ReadYourWritesView(update_store),
+        GROUP,
+        VERSION,
+        PLURAL,
+        update_metrics,
+        retry_budget=budget,
     )
     progress.publish(progress_key, step("before"))
     wait_for(lambda: written(progress_metrics, "written") == 1, "the first progress write")

@@ -1,4 +1,4 @@
-"""Command-line entry point (``pulumi-stack-operator``, ``python -m controller``)."""
+"""Command-line entry point (``pulumi-stack-operator``, ``python -m pulumi_stack_operator``)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,22 @@ from collections.abc import Sequence
 
 import prometheus_client
 
-from controller.config import parse_config
 from controller.logs import configure_logging
 from controller.manager import Manager, run
+from pulumi_stack_operator.config import parse_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags (exit 2 on bad input), configure logging, run the operator."""
     cfg = parse_config(sys.argv[1:] if argv is None else argv)
-    configure_logging(cfg.log_format, cfg.log_level)
+    configure_logging(cfg.manager.log_format, cfg.manager.log_level)
     # No *_created series: they double the exposition, client-go's metrics have none, and
     # dashboards built for controller-runtime do not expect them.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-    from reconcile.setup import STACKS, new_stack_reconciler  # noqa: PLC0415 - after logging
+    # Imported after logging is configured, so that what the imports log is formatted.
+    from pulumi_stack_operator.wiring import STACKS, stack_reconciler_factory  # noqa: PLC0415
 
-    return run(Manager(cfg, "stacks", STACKS, new_stack_reconciler))
+    return run(Manager(cfg.manager, "stacks", STACKS, stack_reconciler_factory(cfg)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+"""Build the Stack reconciler and its collaborators from the manager's context and the flags.
+
+One place decides what talks to what: the status writer reads and records through the
+manager's read-your-writes view; metrics, the acknowledger and the Event recorder hang off
+the manager's registry, handlers, closers and liveness checks; the runner is the one
+``--runner`` names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pulumi import automation as auto
+
+from controller.clock import RealClock
+from controller.manager import ManagerContext, Resource
+from pulumi_stack_operator.config import OperatorConfig
+from reconcile.acknowledge import Acknowledger
+from reconcile.collaborators import Collaborators, GitSource, StackPatcher
+from reconcile.policy import Policy
+from reconcile.refs import SecretReader
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, Runner
+from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
+from status.events import EventRecorder
+from status.metrics import MetricsHandler, StackMetrics
+from status.writer import StatusWriter
+
+STACKS = Resource(GROUP, VERSION, PLURAL)
+
+
+def pulumi_command() -> auto.PulumiCommand:
+    """The Pulumi CLI on the operator's PATH, as an absolute path (symlinks resolved).
+
+    Found and version-checked once, at start-up: a missing CLI fails fast, and a Stack
+    whose ``envRefs`` set ``PATH`` cannot substitute another ``pulumi``. The language
+    host and bundled plugins are found next to the real binary (the runner puts its
+    directory first on the CLI's PATH).
+    """
+    found = shutil.which("pulumi")
+    if found is None:
+        msg = "the pulumi CLI is not on PATH"
+        raise FileNotFoundError(msg)
+    binary = Path(found).resolve()
+    if binary.parent.name == "bin":  # the SDK runs <root>/bin/pulumi
+        return auto.PulumiCommand(root=str(binary.parent.parent))
+    command = auto.PulumiCommand()  # checks the same binary: PATH is unchanged
+    command.command = str(binary)
+    return command
+
+
+def local_runner(plugin_store: Path) -> Runner:
+    """The ``local`` runner: the Pulumi CLI on PATH, run by this process."""
+    return LocalRunner(pulumi_command(), plugin_store)
+
+
+RUNNERS: Mapping[str, Callable[[Path], Runner]] = {"local": local_runner}
+"""Each ``--runner`` choice's factory, given the shared plugin store."""
+
+
+def prepare_work_root(work_dir: str) -> tuple[Path, Path]:
+    """Create the work root and the shared plugin store; returns both, absolute.
+
+    Every Stack has its own PULUMI_HOME (``<work_root>/<namespace>/<name>/home``); the
+    plugin store only holds the plugins they share. An older operator used it as every
+    Stack's home: a token it saved there must not outlive the upgrade, so it is removed.
+    """
+    # Absolute: the CLI runs in each Stack's checkout, and PULUMI_HOME must not move.
+    work_root = Path(work_dir).absolute()
+    work_root.mkdir(parents=True, exist_ok=True)
+    plugin_store = work_root / ".pulumi-home"
+    plugin_store.mkdir(exist_ok=True)
+    (plugin_store / "credentials.json").unlink(missing_ok=True)
+    return work_root, plugin_store
+
+
+def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> Settings:
+    """The reconciler's settings from the flags and the manager's leader election."""
+    manager = cfg.manager
+    return Settings(
+        work_root=work_root,
+        default_backend=cfg.default_backend,
+        run_timeout=cfg.run_timeout,
+        identity=manager.identity,
+        sole_runner=manager.leader_elect,
+        # A deposed leader stops renewing at renew_deadline and kills its CLI at most
+        # DEFAULT_INTERRUPT_GRACE later; we hold the Lease lease_duration after its last
+        # renewal at the earliest.
+        takeover_delay=max(
+            0.0, manager.renew_deadline + DEFAULT_INTERRUPT_GRACE - manager.lease_duration
+        ),
+        leading_since=context.leading_since,
+        policy=Policy(
+            retry_base_delay=cfg.update_retry_base, max_update_failures=cfg.max_update_failures
+        ),
+    )
+
+
+def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackReconciler:
+    """A StackReconciler wired to the manager's API client, cache, view and registry."""
+    work_root, plugin_store = prepare_work_root(cfg.work_dir)
+    # Python programs run with the operator's own interpreter (and its packages) unless
+    # their Pulumi.yaml names a virtualenv.
+    os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
+    os.environ.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+    metrics = StackMetrics(context.registry)
+    context.handlers.append(MetricsHandler(metrics))
+    writer = StatusWriter(
+        context.api_client,
+        context.view,
+        GROUP,
+        VERSION,
+        PLURAL,
+        context.registry,
+        on_written=metrics.record_transitions,
+    )
+    recorder = EventRecorder(context.api_client, cfg.manager.identity, registry=context.registry)
+
+    # A new generation is acknowledged at once, even while every worker is in a long run;
+    # only by the replica that runs the workers (with leader election: the leader).
+    def active() -> bool:
+        return not cfg.manager.leader_elect or context.leading_since() is not None
+
+    acknowledger = Acknowledger(writer, context.view, active=active)
+    context.handlers.append(acknowledger)
+    context.closers.extend((acknowledger.close, writer.close, recorder.close))
+    context.liveness_checks.extend((acknowledger.alive, writer.alive, recorder.alive))
+    parts = Collaborators(
+        runner=RUNNERS[cfg.runner](plugin_store),
+        writer=writer,
+        view=context.view,
+        events=recorder,
+        metrics=metrics,
+        secrets=functools.partial(SecretReader, context.api_client),
+        patcher=StackPatcher(context.api_client),
+        source=GitSource(),
+        clock=RealClock(),
+    )
+    return StackReconciler(parts, settings(cfg, context, work_root))
+
+
+def stack_reconciler_factory(cfg: OperatorConfig) -> Callable[[ManagerContext], StackReconciler]:
+    """The manager's reconciler factory for ``cfg``: ``new_stack_reconciler(context, cfg)``."""
+
+    def new(context: ManagerContext) -> StackReconciler:
+        return new_stack_reconciler(context, cfg)
+
+    return new

@@ -1,0 +1,139 @@
+"""The operator's command line: its own flags beside the manager's, and usage errors.
+
+The manager's flags (names, defaults, validation) are tested generically in
+``tests/controller/test_config.py``; here the operator's prefix, Lease and flags.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pulumi_stack_operator.config import ENV_PREFIX, RUNNERS, build_parser, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_manager_flags_read_pso_variables() -> None:
+    """PSO_* variables set the manager's flags too; a flag on the command line wins."""
+    env = {"PSO_WORKERS": "5", "PSO_LEADER_ELECT": "true", "WATCH_NAMESPACE": "a,b"}
+    cfg = parse_config([], env)
+    assert (cfg.manager.workers, cfg.manager.leader_elect) == (5, True)
+    assert cfg.manager.namespaces == ("a", "b")
+    cfg = parse_config(["--workers=3", "--no-leader-elect"], env)
+    assert (cfg.manager.workers, cfg.manager.leader_elect) == (3, False)
+    assert ENV_PREFIX == "PSO_"
+
+
+def test_the_lease_is_the_operators() -> None:
+    """The Lease is ``pulumi-stack-operator`` unless ``--leader-election-id`` says otherwise."""
+    assert parse_config([], {}).manager.leader_election_id == "pulumi-stack-operator"
+
+
+def test_run_timeout() -> None:
+    """Two hours by default, from the flag or PSO_RUN_TIMEOUT otherwise."""
+    assert parse_config([], {}).run_timeout == 7200.0
+    assert parse_config([], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 90.0
+    assert parse_config(["--run-timeout=1.5"], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 1.5
+
+
+def test_pulumi_defaults() -> None:
+    """Work dir under $TMPDIR, the CLI's default backend, retries from 10 s, 5 failures."""
+    cfg = parse_config([], {})
+    assert Path(cfg.work_dir).name == "pulumi-stack-operator"
+    assert cfg.default_backend is None
+    assert (cfg.update_retry_base, cfg.max_update_failures) == (10.0, 5)
+    assert isinstance(cfg.max_update_failures, int)
+
+
+def test_pulumi_flags_from_the_environment_and_the_command_line() -> None:
+    """Each operator flag has its PSO_ variable; the command line wins."""
+    env = {
+        "PSO_WORK_DIR": "/w",
+        "PSO_DEFAULT_BACKEND": "file:///state",
+        "PSO_UPDATE_RETRY_BASE": "2.5",
+        "PSO_MAX_UPDATE_FAILURES": "3",
+    }
+    cfg = parse_config([], env)
+    assert (cfg.work_dir, cfg.default_backend) == ("/w", "file:///state")
+    assert (cfg.update_retry_base, cfg.max_update_failures) == (2.5, 3)
+    cfg = parse_config(["--work-dir=/v", "--max-update-failures=1"], env)
+    assert (cfg.work_dir, cfg.max_update_failures) == ("/v", 1)
+
+
+def test_the_runner_is_local_by_default_and_named_by_flag_or_variable() -> None:
+    """``--runner`` chooses among ``RUNNERS``; ``local`` is the default and the only one."""
+    assert RUNNERS == ("local",)
+    assert parse_config([], {}).runner == "local"
+    assert parse_config([], {"PSO_RUNNER": "local"}).runner == "local"
+    assert parse_config(["--runner=local"], {}).runner == "local"
+
+
+def test_every_flag_is_documented_in_help() -> None:
+    """Each flag has help text that states its default."""
+    parser = build_parser()
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]  # noqa: SLF001
+    assert {"--runner", "--work-dir", "--workers", "--kubeconfig"} <= {
+        a.option_strings[0] for a in flags
+    }
+    for action in flags:
+        assert action.help
+        assert "default" in action.help, action.option_strings[0]
+
+
+def operator_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m pulumi_stack_operator`` with ``argv`` and extra environment ``env``."""
+    return subprocess.run(
+        [sys.executable, "-m", "pulumi_stack_operator", *argv],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def test_help_is_the_operators() -> None:
+    """``--help`` exits 0 naming the program, its environment prefix and ``--runner``."""
+    proc = operator_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert out.startswith("usage: pulumi-stack-operator")
+    assert "Reconcile pulumi.com/v1 Stacks through the Pulumi Automation API." in out
+    assert "environment variable PSO_<FLAG_NAME>" in out
+    assert "--runner {local}" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        pytest.param(["--workers=0"], {}, "must be greater than 0", id="zero-workers"),
+        pytest.param([], {"PSO_WORKERS": "many"}, "is not a number", id="env-not-a-number"),
+        pytest.param(["--namespaces=Bad_NS"], {}, "not a valid namespace", id="namespace"),
+        pytest.param(["--metrics-bind-address=8080"], {}, "is not host:port", id="address"),
+        pytest.param(["--retry-period=35"], {}, "--renew-deadline", id="lease-timing"),
+        pytest.param(["--frobnicate"], {}, "unrecognized arguments", id="unknown-flag"),
+        pytest.param([], {"PSO_LEADER_ELECT": "maybe"}, "true or false", id="env-bool"),
+        pytest.param(
+            ["--max-concurrent-reconciles-per-namespace=-1"], {}, "must be 0 or more", id="cap"
+        ),
+        pytest.param(["--run-timeout=0"], {}, "must be greater than 0", id="run-timeout"),
+        pytest.param(["--update-retry-base=0"], {}, "must be greater than 0", id="retry-base"),
+        pytest.param(["--max-update-failures=x"], {}, "is not a number", id="max-failures"),
+        pytest.param(["--runner=kubernetes"], {}, "invalid choice", id="runner"),
+        pytest.param([], {"PSO_RUNNER": "remote"}, "invalid choice", id="env-runner"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    """The CLI refuses bad flags or variables with a usage message and status 2."""
+    proc = operator_cli(*argv, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: pulumi-stack-operator")
+    assert message in proc.stderr

@@ -1,0 +1,150 @@
+"""The wiring: one view shared by writer and manager, the runner ``--runner`` names, settings."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client import CollectorRegistry
+
+from controller.cache import Store
+from controller.manager import ManagerContext
+from controller.view import ReadYourWritesView
+from pulumi_stack_operator import config, wiring
+from pulumi_stack_operator.config import OperatorConfig, parse_config
+from reconcile.acknowledge import Acknowledger
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE
+from status.metrics import MetricsHandler
+from status.writer import StatusWriter
+
+
+def new_context(cfg: OperatorConfig, leading_since: float | None = None) -> ManagerContext:
+    """A manager context as ``Manager`` builds it, with a client that never connects."""
+    store = Store()
+    return ManagerContext(
+        client.ApiClient(),
+        store,
+        cfg.manager,
+        CollectorRegistry(),
+        threading.Event(),
+        ReadYourWritesView(store),
+        leading_since=lambda: leading_since,
+    )
+
+
+@pytest.fixture
+def built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[ManagerContext, list[tuple[Any, ...]], list[Path]]]:
+    """A reconciler wired from flags: its context, the writer's arguments, the runner's."""
+    cfg = parse_config([f"--work-dir={tmp_path / 'work'}"], {})
+    context = new_context(cfg)
+    writers: list[tuple[Any, ...]] = []
+    stores: list[Path] = []
+
+    def writer(*args: Any, **kwargs: Any) -> StatusWriter:
+        writers.append(args)
+        return StatusWriter(*args, **kwargs)
+
+    def runner(plugin_store: Path) -> Any:
+        stores.append(plugin_store)
+        return None
+
+    monkeypatch.setattr(wiring, "StatusWriter", writer)
+    monkeypatch.setattr(wiring, "RUNNERS", {"local": runner})
+    monkeypatch.setenv("PULUMI_PYTHON_CMD", "python3")
+    monkeypatch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
+    wiring.stack_reconciler_factory(cfg)(context)
+    yield context, writers, stores
+    for close in context.closers:
+        close(1.0)
+
+
+def test_every_runner_choice_has_a_factory() -> None:
+    """``--runner``'s choices and the wiring's factories are the same names."""
+    assert set(wiring.RUNNERS) == set(config.RUNNERS)
+
+
+def test_the_writer_reads_and_records_through_the_managers_view(
+    built: tuple[ManagerContext, list[tuple[Any, ...]], list[Path]],
+) -> None:
+    """One view per manager: the status writer gets the context's, not one of its own."""
+    context, writers, _ = built
+    [args] = writers
+    assert args[1] is context.view
+
+
+def test_the_runner_is_the_one_named_with_the_shared_plugin_store(
+    built: tuple[ManagerContext, list[tuple[Any, ...]], list[Path]], tmp_path: Path
+) -> None:
+    """``RUNNERS[--runner]`` is called once, with ``<work_dir>/.pulumi-home``."""
+    _, _, stores = built
+    assert stores == [tmp_path / "work" / ".pulumi-home"]
+
+
+def test_metrics_acknowledger_closers_and_liveness_are_registered(
+    built: tuple[ManagerContext, list[tuple[Any, ...]], list[Path]],
+) -> None:
+    """Metrics and acknowledger follow the informer; three closers, three liveness checks."""
+    context, _, _ = built
+    kinds = [type(handler) for handler in context.handlers]
+    assert kinds == [MetricsHandler, Acknowledger]
+    assert len(context.closers) == 3
+    assert len(context.liveness_checks) == 3
+    assert all(check() for check in context.liveness_checks)
+
+
+def test_the_work_root_is_prepared_and_an_old_token_removed(tmp_path: Path) -> None:
+    """The work root and plugin store exist afterwards; a saved credentials.json is gone."""
+    store = tmp_path / "work" / ".pulumi-home"
+    store.mkdir(parents=True)
+    (store / "credentials.json").write_text('{"accessTokens": {}}')
+    work_root, plugin_store = wiring.prepare_work_root(str(tmp_path / "work"))
+    assert (work_root, plugin_store) == (tmp_path / "work", store)
+    assert plugin_store.is_dir()
+    assert not (store / "credentials.json").exists()
+
+
+def test_a_relative_work_dir_becomes_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI runs in each checkout: the work root must not depend on the cwd."""
+    monkeypatch.chdir(tmp_path)
+    work_root, _ = wiring.prepare_work_root("relative")
+    assert work_root.is_absolute()
+    assert work_root == tmp_path / "relative"
+
+
+def test_settings_come_from_the_flags() -> None:
+    """Backend, timeout, retry policy, identity and the takeover delay after a failover."""
+    argv = [
+        "--default-backend=file:///state",
+        "--run-timeout=60",
+        "--update-retry-base=3",
+        "--max-update-failures=2",
+        "--leader-elect",
+        "--lease-duration=30",
+        "--renew-deadline=20",
+        "--retry-period=2",
+    ]
+    cfg = parse_config(argv, {})
+    settings = wiring.settings(cfg, new_context(cfg, leading_since=12.5), Path("/w"))
+    assert (settings.work_root, settings.default_backend) == (Path("/w"), "file:///state")
+    assert settings.run_timeout == 60.0
+    assert (settings.policy.retry_base_delay, settings.policy.max_update_failures) == (3.0, 2)
+    assert settings.identity == cfg.manager.identity
+    assert settings.sole_runner
+    assert settings.takeover_delay == max(0.0, 20 + DEFAULT_INTERRUPT_GRACE - 30)
+    assert settings.leading_since() == 12.5
+
+
+def test_without_leader_election_no_takeover_wait_is_needed() -> None:
+    """Not the sole runner; the delay formula never goes below 0."""
+    cfg = parse_config([], {})
+    settings = wiring.settings(cfg, new_context(cfg), Path("/w"))
+    assert not settings.sole_runner
+    assert settings.takeover_delay >= 0.0
