@@ -1,13 +1,15 @@
 """End-to-end agreement checks: metrics against the API and the watcher, Events' validity.
 
-- G23: for every Stack and condition type, exactly one ``pulumi_stack_condition`` series
-  is 1 and its ``status`` label is what the API shows (an absent Reconciling or Stalled
-  reads as ``False``).
-- G24: ``pulumi_stack_condition_transitions_total`` moved exactly as often as the
-  watcher saw a condition appear or change status (``lastTransitionTime`` moving),
-  per (type, status, reason), over the operator process's lifetime.
-- G21: every Event is well formed (type, CamelCase reason, lengths, reporting fields,
-  a full involved object in the Event's own namespace).
+- Status contract rule 23: for every Stack and condition type, exactly one
+  ``pulumi_stack_condition`` series is 1 and its ``status`` label is what the API shows
+  (an absent Reconciling or Stalled reads as ``False``).
+- Status contract rule 24: ``pulumi_stack_condition_transitions_total`` moved exactly as
+  often as the watcher saw a condition appear or change status (``lastTransitionTime``
+  moving), per (type, status, reason), over the operator process's lifetime.
+- Status contract rule 21: every Event is well formed (type, CamelCase reason, lengths,
+  reporting fields, a full involved object in the Event's own namespace).
+- Status contract rule 19: every Warning Event's reason is a Ready or Stalled reason its
+  Stack showed.
 
 The operator writes, then its informer sees the write, then the gauge moves; the watcher
 sees the write at about the same time. So the metric checks poll until both sides agree
@@ -89,7 +91,7 @@ def assert_metrics_agree(
     since: float,
     timeout: float = 20.0,
 ) -> None:
-    """G23 and G24, polled until the operator's /metrics, the API and the watcher agree.
+    """Status contract rules 23 and 24, polled until /metrics, the API and the watcher agree.
 
     ``since``: when the operator process was started (monotonic), so the watcher counts
     only the flips that process wrote.
@@ -105,14 +107,17 @@ def assert_metrics_agree(
             break
         time.sleep(0.5)
     assert text, "the operator's /metrics could not be read"
-    assert gauges == shown, f"G23: pulumi_stack_condition {gauges} but the API shows {shown}"
+    assert gauges == shown, (
+        f"status contract rule 23: pulumi_stack_condition {gauges} but the API shows {shown}"
+    )
     assert counted == seen, (
-        f"G24: transitions counter {dict(counted)} but the watcher saw {dict(seen)}"
+        f"status contract rule 24: transitions counter {dict(counted)} "
+        f"but the watcher saw {dict(seen)}"
     )
 
 
 def event_problems(event: Any) -> list[str]:
-    """What is wrong with a core/v1 Event (G21); empty when it is valid."""
+    """What is wrong with a core/v1 Event (status contract rule 21); empty when it is valid."""
     problems = []
     if event.type not in ("Normal", "Warning"):
         problems.append(f"type {event.type!r}")
@@ -135,13 +140,34 @@ def event_problems(event: Any) -> list[str]:
 
 
 def assert_events_valid(events: Iterable[Any]) -> None:
-    """G21 on every Event given."""
+    """Status contract rule 21 on every Event given."""
     bad = {
         f"{e.metadata.name} ({e.reason})": problems
         for e in events
         if (problems := event_problems(e))
     }
-    assert not bad, f"G21: malformed Events: {bad}"
+    assert not bad, f"status contract rule 21: malformed Events: {bad}"
+
+
+def assert_warnings_match_conditions(events: Iterable[Any], watcher: StackWatcher) -> None:
+    """Status contract rule 19: each Warning's reason is a Ready or Stalled reason shown.
+
+    ``events``: the namespace's Events; each Warning about a Stack is checked against
+    every version of that Stack the watcher saw.
+    """
+    for event in events:
+        if event.type != "Warning" or event.involved_object.kind != "Stack":
+            continue
+        name = str(event.involved_object.name)
+        shown = {
+            condition["reason"]
+            for seen in watcher.observations(name)
+            for condition in (seen.obj.get("status") or {}).get("conditions", [])
+            if condition["type"] in ("Ready", "Stalled")
+        }
+        assert event.reason in shown, (
+            f"status contract rule 19: Warning {event.reason} on {name}; conditions showed {shown}"
+        )
 
 
 def forbidden(metrics: str) -> dict[str, float]:

@@ -1,12 +1,14 @@
 """Fixtures for end-to-end tests: the Stack CRD, a program repository, the operator process.
 
-``operator`` starts the real ``python -m controller`` against the test control plane,
-watching the test's namespace, with short poll intervals so that scenarios finish in
-seconds: the informer resync (``--resync-period=2``) re-checks every Stack, which polls
-tracked branches with ``git ls-remote``; failed updates retry after 1 s, 2 s, 4 s….
-Every Stack uses a ``file://`` backend in the test's temp directory and a passphrase from a
-Secret whose value is a sentinel that must never show up in status, events, logs or metrics;
-so must the other sentinels (a secret config value, a token given as a URL's user name).
+``operator`` starts the real operator process against the test control plane, watching
+the test's namespace, with short poll intervals so that scenarios finish in seconds: the
+informer resync (``--resync-period=2``) re-checks every Stack, which polls tracked branches
+with ``git ls-remote``; failed updates retry after 1 s, 2 s, 4 s…; one reconcile of the
+namespace runs at a time (the default with two workers, stated so that ``tests.e2e.waits``
+can rely on it). Every Stack uses a ``file://`` backend in the test's temp directory and a
+passphrase from a Secret whose value is a sentinel that must never show up in status,
+events, logs or metrics; so must the other sentinels (a secret config value, a token given
+as a URL's user name, a git password).
 """
 
 from __future__ import annotations
@@ -24,19 +26,31 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from hack.test_assets import find_pulumi
+from testbed.assets import find_pulumi
+from testbed.control_plane import ControlPlane
+from testbed.git_http import GitHttpServer
+from testbed.git_server import Checkout, GitServer
+from testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
+from testbed.rbac import operator_kubeconfig
 from tests.conftest import PROGRAMS
-from tests.e2e.agreement import assert_events_valid, assert_metrics_agree, forbidden
+from tests.e2e.agreement import (
+    assert_events_valid,
+    assert_metrics_agree,
+    assert_warnings_match_conditions,
+    forbidden,
+)
+from tests.e2e.waits import locks
 from tests.status.invariants import StackWatcher
-from tests.testbed.control_plane import ControlPlane
-from tests.testbed.git_server import Checkout, GitServer
-from tests.testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
-from tests.testbed.rbac import operator_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
 # Short periods so that scenarios finish in seconds; a test's own flags come later and win.
-E2E_FLAGS = ("--resync-period=2", "--update-retry-base=1", "--shutdown-timeout=30")
+E2E_FLAGS = (
+    "--resync-period=2",
+    "--update-retry-base=1",
+    "--shutdown-timeout=30",
+    "--max-concurrent-reconciles-per-namespace=1",
+)
 
 
 class Sentinels:
@@ -44,6 +58,8 @@ class Sentinels:
 
     ``url_user`` is a token as users put it in a URL's user name
     (``http://<token>@host/repo.git``): a credential too, though it sits in the spec.
+    ``git_password`` is a git server's password; a wrong one is made from it, so that
+    the scan finds either.
     """
 
     def __init__(self) -> None:
@@ -51,24 +67,32 @@ class Sentinels:
         self.passphrase = f"sentinel-passphrase-{secrets.token_hex(8)}"
         self.secret_config = f"sentinel-config-{secrets.token_hex(8)}"
         self.url_user = f"sentinel-urluser-{secrets.token_hex(8)}"
+        self.git_password = f"sentinel-gitpassword-{secrets.token_hex(8)}"
 
     def values(self) -> tuple[str, ...]:
         """Every sentinel."""
-        return self.passphrase, self.secret_config, self.url_user
+        return self.passphrase, self.secret_config, self.url_user, self.git_password
+
+
+def files_program() -> dict[str, str]:
+    """The files program's sources, by path in a program repository (under ``app/``)."""
+    return {f"app/{p.name}": p.read_text() for p in (PROGRAMS / "files").iterdir() if p.is_file()}
 
 
 class Program:
     """A git repository holding the files program under ``app/``."""
 
-    def __init__(self, git_server: GitServer, work: Path) -> None:
-        """Create the repository with one commit on main."""
+    def __init__(self, server: GitServer | GitHttpServer, work: Path) -> None:
+        """Create the repository on ``server`` with one commit on main.
+
+        Tests push as CI would: over ``git://``, or straight into the bare repository
+        (``file://``) when the server is the authenticated HTTP one.
+        """
         name = f"program-{secrets.token_hex(4)}"
-        self.url = git_server.create_repo(name)
-        self.checkout = Checkout(self.url, work / name)
-        sources = {
-            f"app/{p.name}": p.read_text() for p in (PROGRAMS / "files").iterdir() if p.is_file()
-        }
-        self.first = self.checkout.commit(sources, "program")
+        self.url = server.create_repo(name)
+        push = server.push_url(name) if isinstance(server, GitHttpServer) else self.url
+        self.checkout = Checkout(push, work / name)
+        self.first = self.checkout.commit(files_program(), "program")
 
     def commit(self, message: str = "change", **files: str) -> str:
         """Push a commit touching ``files`` (default: a README) and return its SHA."""
@@ -142,6 +166,12 @@ class Stacks:
         )
         return patched
 
+    def request_reconcile(self, name: str, value: str) -> None:
+        """Annotate a Stack with a reconcile request (``pulumi.com/reconciliation-request``)."""
+        self.patch(
+            name, {"metadata": {"annotations": {"pulumi.com/reconciliation-request": value}}}
+        )
+
     def delete(self, name: str) -> None:
         """Delete a Stack."""
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
@@ -158,11 +188,12 @@ class Stacks:
 
     def secret(self, name: str, data: Mapping[str, str]) -> None:
         """Create a Secret."""
-        encoded: dict[str, bytes | str] = {
-            k: base64.b64encode(v.encode()).decode() for k, v in data.items()
-        }
-        body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), data=encoded)
+        body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), data=_encoded(data))
         self.core.create_namespaced_secret(self.namespace, body)
+
+    def update_secret(self, name: str, data: Mapping[str, str]) -> None:
+        """Set keys of an existing Secret (merge patch: other keys stay)."""
+        self.core.patch_namespaced_secret(name, self.namespace, {"data": _encoded(data)})
 
     def condition(self, name: str, type_: str) -> dict[str, Any] | None:
         """A condition of a Stack's status."""
@@ -186,6 +217,14 @@ class Stacks:
         pytest.fail(
             f"timed out waiting for {name}: {what}\n{json.dumps(obj.get('status'), indent=1)}"
         )
+
+    def wait_gone(self, name: str, timeout: float = 120) -> None:
+        """Poll until the Stack no longer exists (its finalizer removed)."""
+        deadline = time.monotonic() + timeout
+        while self.exists(name):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} still exists after {timeout:g} s: {self.get(name)}")
+            time.sleep(0.25)
 
     def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
         """Wait until Ready=True for the current generation."""
@@ -230,31 +269,12 @@ class Stacks:
 
     def locks(self) -> list[Path]:
         """The lock files on the backend."""
-        return list(self.backend.glob(".pulumi/locks/**/*.json"))
-
-    def wait_update_locked(self, timeout: float = 60) -> None:
-        """Poll until a running ``pulumi up`` holds a lock on the backend.
-
-        ``status.currentUpdate`` is written before the CLI starts, and creating a stack
-        takes a lock for a moment too, so a test that needs the CLI inside its update
-        waits for the lock of a live ``up`` process, never for a fixed time.
-        """
-        deadline = time.monotonic() + timeout
-        while not any(_held_by_up(lock) for lock in self.locks()):
-            if time.monotonic() > deadline:
-                pytest.fail(f"no pulumi up took a lock on {self.backend} in {timeout} s")
-            time.sleep(0.1)
+        return locks(self.backend)
 
 
-def _held_by_up(lock: Path) -> bool:
-    """Whether ``lock`` names a live process whose command line is ``pulumi up ...``."""
-    try:
-        pid = json.loads(lock.read_text())["pid"]
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError, KeyError):
-        return False  # released, still being written, or its process is gone
-    command = [arg for arg in argv[1:] if arg and not arg.startswith(b"-")]
-    return command[:1] == [b"up"]
+def _encoded(data: Mapping[str, str]) -> dict[str, bytes | str]:
+    """A Secret's ``data``: each value base64-encoded."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
 
 
 def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -303,26 +323,13 @@ def stacks(
         helper.watcher = watcher
         helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
         yield helper
-        # Every status the operator wrote, intermediate and final, keeps the rules G1-G18;
-        # every Event is well formed (G21) and every Warning matches a condition (G19).
+        # Every status the operator wrote, intermediate and final, keeps the status contract's
+        # rules 1-18; every Event is well formed (status contract rule 21) and every Warning
+        # matches a condition (status contract rule 19).
         watcher.assert_clean()
-        assert_events_valid(helper.core.list_namespaced_event(namespace).items)
-        assert_warnings_match_conditions(helper, watcher)
-
-
-def assert_warnings_match_conditions(stacks: Stacks, watcher: StackWatcher) -> None:
-    """G19: every Warning Event's reason is a Ready or Stalled reason its Stack showed."""
-    for event in stacks.core.list_namespaced_event(stacks.namespace).items:
-        if event.type != "Warning" or event.involved_object.kind != "Stack":
-            continue
-        name = str(event.involved_object.name)
-        shown = {
-            condition["reason"]
-            for seen in watcher.observations(name)
-            for condition in (seen.obj.get("status") or {}).get("conditions", [])
-            if condition["type"] in ("Ready", "Stalled")
-        }
-        assert event.reason in shown, f"Warning {event.reason} on {name}; conditions showed {shown}"
+        events = helper.core.list_namespaced_event(namespace).items
+        assert_events_valid(events)
+        assert_warnings_match_conditions(events, watcher)
 
 
 @pytest.fixture
@@ -344,9 +351,9 @@ def operator(
     It authenticates as its ServiceAccount with the single-namespace RBAC of
     ``manifests/`` (a TokenRequest token), so every scenario proves those permissions
     suffice: the test fails on any 401/403 the operator got. While it still runs at the
-    end, its metrics must agree with the API and the watcher (G23, G24). Every test ends by
-    asserting that no sentinel secret appears in any status, event, log line or metric,
-    and the process is stopped, whatever failed before.
+    end, its metrics must agree with the API and the watcher (status contract rules 23
+    and 24). Every test ends by asserting that no sentinel secret appears in any status,
+    event, log line or metric, and the process is stopped, whatever failed before.
     """
     op = Operator(
         operator_kubeconfig(control_plane, namespace, watch=[namespace]),

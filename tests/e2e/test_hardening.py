@@ -15,19 +15,18 @@ import collections
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.git_http import Account, GitHttpServer
+from testbed.process import free_port
 from tests.e2e.agreement import transition_counts
 from tests.e2e.conftest import Operator, Program, Sentinels, Stacks, find
-from tests.status.invariants import Observation
-from tests.testbed.git_http import Account, GitHttpServer
-from tests.testbed.process import free_port
+from tests.e2e.waits import reconciles, status_writes, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 
@@ -73,42 +72,12 @@ def wait_observed(
         time.sleep(0.1)
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.2)
-
-
-def reconciles(metrics: str) -> float:
-    """``controller_runtime_reconcile_total`` summed over its labels."""
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(metrics)
-        if family.name == "controller_runtime_reconcile"
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    )
-
-
 def per_type(counts: Mapping[tuple[str, str, str], int]) -> collections.Counter[str]:
     """Transition counts summed per condition type."""
     totals: collections.Counter[str] = collections.Counter()
     for (type_, _status, _reason), count in counts.items():
         totals[type_] += count
     return totals
-
-
-def status_writes(versions: Iterable[Observation], before: Observation) -> list[str]:
-    """The resourceVersions, among ``versions``, whose status differs from the one before."""
-    writes, last = [], before.obj.get("status")
-    for version in versions:
-        if version.obj.get("status") != last:
-            writes.append(version.resource_version)
-        last = version.obj.get("status")
-    return writes
 
 
 def create_or_refused(stacks: Stacks, body: dict[str, Any]) -> str | None:

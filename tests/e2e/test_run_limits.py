@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from hack.test_assets import find_pulumi
+from testbed.assets import find_pulumi
+from testbed.control_plane import ControlPlane
+from testbed.rbac import operator_kubeconfig
 from tests.conftest import PROGRAMS, fresh_namespace
 from tests.e2e.conftest import (
     E2E_FLAGS,
@@ -26,8 +28,6 @@ from tests.e2e.conftest import (
     is_ready,
 )
 from tests.status.invariants import StackWatcher
-from tests.testbed.control_plane import ControlPlane
-from tests.testbed.rbac import operator_kubeconfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pulumi import automation as auto
 
-from hack.test_assets import find_pulumi
+from testbed.assets import find_pulumi
+from testbed.git_server import GitServer
 from tests.e2e.conftest import (
     Operator,
     Program,
     Sentinels,
     Stacks,
     copy_program,
+    files_program,
     find,
     is_ready,
 )
+from tests.e2e.waits import wait_mid_step, wait_reconciles, wait_until, wait_update_locked
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 
@@ -68,14 +71,25 @@ def test_create_change_config_and_follow_the_branch(
 
 
 def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
-    """With spec.commit set, a push to the branch changes nothing."""
-    del operator
+    """With spec.commit set, a push to the branch changes nothing, even on request.
+
+    After the push the operator reconciles the Stack again (each reconcile ends after any
+    run it starts); then a reconcile request, the positive control, must make exactly one
+    more run, at the pinned commit: a run caused by the push would be a third entry.
+    """
     stacks.create(stacks.manifest("pinned", program, branch=None, commit=program.first))
     stacks.wait_ready("pinned")
     before = stacks.get("pinned")["status"]["lastUpdate"]
     program.commit("ignored")
-    time.sleep(6)  # three resync periods
+    wait_reconciles(operator, 3)
     assert stacks.get("pinned")["status"]["lastUpdate"] == before
+    stacks.request_reconcile("pinned", "after-push")
+    obj = stacks.wait(
+        "pinned",
+        lambda o: is_ready(o) and o["status"].get("observedReconcileRequest") == "after-push",
+        "the reconcile request handled",
+    )
+    assert [h["commit"] for h in obj["status"]["history"]] == [program.first] * 2
 
 
 def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
@@ -109,16 +123,15 @@ def test_failure_cap_stalls_and_a_reconcile_request_retries(
     obj = stacks.wait_reason("capped", "Stalled", "RetriesExhausted")
     assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
     assert find(obj, "Reconciling") is None
-    failures = obj["status"]["lastUpdate"]["failures"]
-    time.sleep(5)
-    assert stacks.get("capped")["status"]["lastUpdate"]["failures"] == failures  # no more runs
+    failures, runs = obj["status"]["lastUpdate"]["failures"], len(obj["status"]["history"])
+    wait_reconciles(operator, 3)  # looked at again, and again: no run is due
+    assert stacks.get("capped")["status"]["lastUpdate"]["failures"] == failures
 
-    stacks.patch(
-        "capped", {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "r1"}}}
-    )
-    stacks.wait(
+    stacks.request_reconcile("capped", "r1")
+    obj = stacks.wait(
         "capped", lambda o: o["status"].get("observedReconcileRequest") == "r1", "request handled"
     )
+    assert len(obj["status"]["history"]) == runs + 1, "a run between the stall and the request"
 
 
 def test_invalid_spec_stalls_without_crashing(
@@ -176,7 +189,6 @@ def test_preview_only_never_changes_resources(
 
 def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator) -> None:
     """While suspended, spec changes are not applied; unsuspending applies them."""
-    del operator
     stacks.create(stacks.manifest("paused", program))
     stacks.wait_ready("paused")
     target = str(stacks.target("paused"))
@@ -184,8 +196,9 @@ def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator
         "paused", {"spec": {"suspend": True, "config": {"path": target, "content": "new"}}}
     )
     stacks.wait_reason("paused", "Reconciling", "Suspended")
-    time.sleep(4)
+    wait_reconciles(operator, 3)  # each would have ended after the run it started
     assert stacks.target("paused").read_text() == "one"
+    assert len(stacks.get("paused")["status"]["history"]) == 1
     stacks.patch("paused", {"spec": {"suspend": False}})
     stacks.wait(
         "paused", lambda o: is_ready(o) and o["status"]["outputs"]["content"] == "new", "resumed"
@@ -202,10 +215,7 @@ def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
     assert obj["metadata"]["finalizers"] == ["finalizer.stack.pulumi.com"]
     assert stacks.target("doomed").exists()
     stacks.delete("doomed")
-    deadline = time.monotonic() + 120
-    while stacks.exists("doomed"):
-        assert time.monotonic() < deadline, stacks.get("doomed").get("status")
-        time.sleep(0.5)
+    stacks.wait_gone("doomed")
     assert not stacks.target("doomed").exists()
     stacks.wait_events("doomed", "Destroyed")
 
@@ -217,8 +227,7 @@ def test_operator_killed_mid_update_recovers_the_stale_lock(
     config = {"path": str(stacks.target("crash")), "content": "slow", "delay": "20"}
     stacks.create(stacks.manifest("crash", program, config=config))
     stacks.wait("crash", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
-    stacks.wait_update_locked()
-    time.sleep(2)  # into the slow resource: the kill leaves a half-done update
+    wait_mid_step(stacks.backend, "crash", "creating file")  # the kill leaves a half-done update
     operator.stop(signal.SIGKILL)
     assert stacks.locks(), "the killed update should have left its lock"
     operator.start()
@@ -235,7 +244,7 @@ def test_sigterm_mid_update_interrupts_cleanly_then_converges(
     config = {"path": str(stacks.target("term")), "content": "slow", "delay": "30"}
     stacks.create(stacks.manifest("term", program, config=config))
     stacks.wait("term", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
-    stacks.wait_update_locked()
+    wait_update_locked(stacks.backend)
     assert operator.stop() == 0
     obj = stacks.get("term")
     assert find(obj, "Ready")["reason"] == "Interrupted"  # type: ignore[index]
@@ -272,7 +281,7 @@ def test_a_lock_held_by_another_live_update_is_waited_for(
     holder = threading.Thread(target=lambda: other.up(on_output=lambda _line: None))
     holder.start()
     try:
-        stacks.wait_update_locked()
+        wait_update_locked(stacks.backend)
         stacks.create(stacks.manifest("locked", program))
         obj = stacks.wait_reason("locked", "Reconciling", "UpdateConflict")
         assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
@@ -282,13 +291,47 @@ def test_a_lock_held_by_another_live_update_is_waited_for(
     assert stacks.target("locked").read_text() == "one"
 
 
+# Appended to the files program: a second file made from the first one's output, so the
+# engine creates it only once the first is done.
+CHAINED = """
+second = File(
+    "second",
+    {
+        "path": config.require("path") + ".2",
+        "content": managed.content,
+        "delay": config.get("secondDelay") or "",
+        "fail": "",
+    },
+)
+"""
+
+
+def progress_writes(stacks: Stacks, name: str) -> int:
+    """How many versions of ``name`` the watcher saw that wrote ``status.progress``."""
+    assert stacks.watcher is not None
+    history = stacks.watcher.observations(name)
+    return sum(
+        1
+        for before, after in itertools.pairwise(history)
+        if "progress" in (after.obj.get("status") or {})
+        and after.obj.get("status") != before.obj.get("status")
+    )
+
+
 def test_a_long_update_shows_live_progress_then_its_conclusion(
-    stacks: Stacks, program: Program, operator: Operator
+    stacks: Stacks, program: Program, operator: Operator, git_server: GitServer, tmp_path: Path
 ) -> None:
     """A slow update shows its step live; the conclusion replaces it for good.
 
     While it runs, ``status.progress`` and the Reconciling message show the step and the
     resource counts; once Ready, both are gone and no late progress write follows.
+
+    The positive control for "no late write": one thread writes progress, at most once
+    per 5 s per Stack, Stacks in the order they began waiting. A second Stack, created
+    after the conclusion, writes progress twice (its two resources are made one after the
+    other, the first taking 6 s); its second write was due more than 5 s after the
+    conclusion, later than a late write of the first Stack could be, so by the time the
+    watcher sees it, such a write would have been seen too.
     """
     del operator
     config = {"path": str(stacks.target("slow")), "content": "one", "delay": "8"}
@@ -307,8 +350,13 @@ def test_a_long_update_shows_live_progress_then_its_conclusion(
     done = stacks.wait_ready("slow")
     assert "progress" not in done["status"]
     assert find(done, "Reconciling") is None
-    time.sleep(6)  # longer than the writer's progress interval: nothing late arrives
+    ticker = Program(git_server, tmp_path / "ticker")
+    ticker.commit("chained", **{"app/__main__.py": files_program()["app/__main__.py"] + CHAINED})
+    paced = {"path": str(stacks.target("ticker")), "delay": "6", "secondDelay": "3"}
+    stacks.create(stacks.manifest("ticker", ticker, config=paced))
+    wait_until(lambda: progress_writes(stacks, "ticker") >= 2, "two progress writes", 90)
     assert stacks.get("slow")["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]
+    stacks.wait_ready("ticker")
 
 
 def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
@@ -329,8 +377,7 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
         "orphan", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running"
     )
     assert running["status"]["currentUpdate"]["operator"]
-    stacks.wait_update_locked()
-    time.sleep(2)  # into the slow resource: the kill leaves a half-done update
+    wait_mid_step(stacks.backend, "orphan", "creating file")  # the kill leaves a half-done update
     operator.stop(signal.SIGKILL)
     (lock,) = stacks.locks()
     lock.write_text(lock.read_text().replace(socket.gethostname(), "pulumi-stack-operator-gone"))
