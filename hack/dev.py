@@ -10,7 +10,8 @@ its logs can be read) and is started in this order:
    provider that writes one file, so it runs offline with the cached Pulumi CLI;
 4. ``sample.yaml``: the passphrase Secret and the Stack ``default/sample`` on a
    ``file://`` backend (edit it and ``kubectl apply -f`` it again);
-5. the operator, ``python -m controller`` with this interpreter, watching every namespace.
+5. the operator, ``python -m pulumi_stack_operator`` with this interpreter, watching every
+   namespace.
 
 Then it prints how to watch the Stack and follows the operator's log. Ctrl-C or SIGTERM
 stops the operator first (SIGTERM, so that a running update ends cleanly; a second Ctrl-C
@@ -45,14 +46,14 @@ if str(REPO) not in sys.path:  # run as a script (hack/dev.py), not as a module
 
 from kubernetes import client  # noqa: E402 - after the sys.path fix-up above
 
-from hack.test_assets import AssetError, find_kube_binary, find_pulumi  # noqa: E402
-from tests.testbed.control_plane import Binaries, ControlPlane  # noqa: E402
-from tests.testbed.git_server import Checkout, GitServer  # noqa: E402
-from tests.testbed.operator import Operator  # noqa: E402
-from tests.testbed.process import ProcessError  # noqa: E402
+from testbed.assets import AssetError, find_kube_binary, find_pulumi  # noqa: E402
+from testbed.control_plane import Binaries, ControlPlane  # noqa: E402
+from testbed.git_server import Checkout, GitServer  # noqa: E402
+from testbed.operator import Operator  # noqa: E402
+from testbed.process import ProcessError  # noqa: E402
 
 CRD = REPO / "manifests" / "crd" / "stacks.pulumi.com.yaml"
-PROGRAM = REPO / "tests" / "testbed" / "programs" / "files"
+PROGRAM = REPO / "testbed" / "programs" / "files"
 LOCK = ".dev.lock"  # marks a directory as ours (only such a directory is ever wiped)
 NAMESPACE, STACK = "default", "sample"
 # A throw-away passphrase for a throw-away backend under the state directory.

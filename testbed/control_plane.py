@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from tests.testbed.certs import TinyCA
-from tests.testbed.process import START_TIMEOUT, Process, ProcessError, free_port
+from testbed.certs import TinyCA
+from testbed.process import START_TIMEOUT, Process, ProcessError, free_port
 
 HOST = "127.0.0.1"
 

@@ -7,7 +7,7 @@ or GitLab repository answers. The authenticated user is passed to the backend as
 ``REMOTE_USER``.
 
 Test set-up pushes without going through HTTP: ``push_url(name)`` is a ``file://`` URL of
-the bare repository, for ``Checkout`` from ``tests.testbed.git_server``. Clients under test
+the bare repository, for ``Checkout`` from ``testbed.git_server``. Clients under test
 clone ``url(name)``.
 
 Two switches imitate other servers:
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.testbed.git_server import git
+from testbed.git_server import git
 
 BACKEND_TIMEOUT = 60.0  # seconds one http-backend run may take
 STOP_TIMEOUT = 10.0  # seconds to wait for the serving thread after shutdown

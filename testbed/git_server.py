@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.testbed.process import Process, free_port
+from testbed.process import Process, free_port
 
 # Commits made by tests carry a fixed identity and no user configuration.
 GIT_ENV = {

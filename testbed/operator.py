@@ -1,9 +1,10 @@
 """The operator as a subprocess: start, stop with a signal, restart, read its endpoints.
 
-``Operator`` runs ``python -m <module>`` with the operator's flags: the real operator
-(``controller``) or the manager tests' widget operator, both of which parse the same
-flags. Each instance has its own loopback ports for ``/metrics`` and the probes, its own
-log file (appended to across restarts) and optionally the Pulumi CLI on its ``PATH``.
+``Operator`` runs ``python -m <module>`` with the manager's flags: the real operator
+(``pulumi_stack_operator``) or the manager tests' widget operator, both built on
+``controller.config`` (only the real one has ``--work-dir``). Each instance has its own
+loopback ports for ``/metrics`` and the probes, its own log file (appended to across
+restarts) and optionally the Pulumi CLI on its ``PATH``.
 The kubeconfig is a parameter, so a caller can run it as any user, not only the admin.
 
 It runs in a session of its own: a Ctrl-C in the terminal reaches the caller, which
@@ -25,10 +26,10 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.testbed.process import free_port
+from testbed.process import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-CONTROLLER = "controller"
+REPO = Path(__file__).resolve().parents[1]
+STACK_OPERATOR = "pulumi_stack_operator"
 WIDGET_OPERATOR = "tests.controller.widget_operator"
 START_ATTEMPTS = 3
 
@@ -47,7 +48,7 @@ class Operator:
         kubeconfig: Path,
         log: Path,
         *,
-        module: str = CONTROLLER,
+        module: str = STACK_OPERATOR,
         namespaces: Sequence[str] = (),
         work_dir: Path | None = None,
         flags: Sequence[str] = (),
@@ -59,9 +60,9 @@ class Operator:
         Args:
             kubeconfig: the cluster and user the operator runs as.
             log: file receiving stdout and stderr (appended to).
-            module: the ``python -m`` module: ``CONTROLLER`` or ``WIDGET_OPERATOR``.
+            module: the ``python -m`` module: ``STACK_OPERATOR`` or ``WIDGET_OPERATOR``.
             namespaces: namespaces to watch; empty watches all.
-            work_dir: ``--work-dir``; None keeps the operator's default.
+            work_dir: ``--work-dir`` (the real operator only); None keeps its default.
             flags: flags for every start, after the connection flags.
             pulumi_bin: directory holding the Pulumi CLI and its Python plugins; put
                 first on PATH, with the offline Pulumi settings, when given.

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.testbed.process import Process, free_port
+from testbed.process import Process, free_port
 
 INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus"
 

@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.testbed.control_plane import ControlPlane
+from testbed.control_plane import ControlPlane
 
-MANIFESTS = Path(__file__).parents[2] / "manifests"
+MANIFESTS = Path(__file__).parents[1] / "manifests"
 SERVICE_ACCOUNT = "pulumi-stack-operator"
 FIELD_MANAGER = "pulumi-stack-operator-testbed"
 TOKEN_SECONDS = 24 * 3600

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from hack.test_assets import find_kube_binary, find_pulumi
-from tests.testbed import process
-from tests.testbed.control_plane import Binaries, ControlPlane
-from tests.testbed.git_server import GitServer
-from tests.testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
-from tests.testbed.pulumi_env import PulumiEnv
+from testbed import process
+from testbed.assets import find_kube_binary, find_pulumi
+from testbed.control_plane import Binaries, ControlPlane
+from testbed.git_server import GitServer
+from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
+from testbed.pulumi_env import PulumiEnv
 
-PROGRAMS = Path(__file__).parent / "testbed" / "programs"
+PROGRAMS = Path(__file__).parents[1] / "testbed" / "programs"
 STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"
 
 

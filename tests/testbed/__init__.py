@@ -1,1 +1,1 @@
-"""The test bed: real etcd, kube-apiserver, Pulumi CLI, git daemon and Prometheus."""
+"""Tests of the test bed itself (package ``testbed``)."""

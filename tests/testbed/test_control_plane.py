@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, watch
 from urllib3.exceptions import ProtocolError
 
-from hack.test_assets import K8S_VERSION
-from tests.testbed.control_plane import ControlPlane
+from testbed.assets import K8S_VERSION
+from testbed.control_plane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.testbed.git_server import Checkout, GitServer, git
+from testbed.git_server import Checkout, GitServer, git
 
 
 def test_commit_push_then_clone(git_server: GitServer, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
-from tests.testbed.process import free_port
-from tests.testbed.prometheus import Prometheus, check_metrics, find_binary
+from testbed.process import free_port
+from testbed.prometheus import Prometheus, check_metrics, find_binary
 
 
 def test_prometheus_scrapes_a_counter(prometheus: Callable[[str], Prometheus]) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from hack.test_assets import PULUMI_VERSION
+from testbed.assets import PULUMI_VERSION
+from testbed.pulumi_env import PulumiEnv
 from tests.conftest import PROGRAMS
-from tests.testbed.pulumi_env import PulumiEnv
 
 pytestmark = pytest.mark.pulumi
 
