@@ -236,7 +236,8 @@ class Manager:
             shard=by_namespace,
             max_in_flight_per_shard=cfg.max_concurrent_reconciles_per_namespace or None,
         )
-        handler = FanOut([self.controller, *context.handlers])
+        # The view first: it forgets a deleted object before the delete's key is queued.
+        handler = FanOut([context.view, self.controller, *context.handlers])
         self.informer = Informer(
             list_watchers, handler, store=store, resync_period=cfg.resync_period
         )

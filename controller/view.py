@@ -10,8 +10,10 @@ must not decide on that stale copy, or it could undo what it just wrote.
 meaning the larger ``metadata.resourceVersion``. Kubernetes calls resource versions
 opaque; the apiserver's are etcd revisions, increasing integers, and this view relies on
 that (a version that is not an integer counts as older than any other). Once the cache has
-caught up with a written object, the view drops it and answers from the cache alone, so a
-later delete in the cache is seen too.
+caught up with a written object, the view drops it and answers from the cache alone. The
+view is also an informer event handler: a delete drops the written copy at once, so a deleted
+object is never served again from this process's last write (the manager registers the view
+before the workers, so the forgetting happens before the delete's key is queued).
 
 Objects are frozen on the way in, as the cache's are (``controller.cache.freeze``):
 whatever ``get`` returns is read-only. All methods are thread-safe.
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.cache import Object, ObjectKey, Store, freeze, resource_version
+from controller.informer import DeletedFinalStateUnknown
 
 
 def _version(obj: Object | None) -> int:
@@ -86,6 +89,17 @@ class ReadYourWritesView:
         """Drop the written copy of ``key`` (the object is gone); the cache is untouched."""
         with self._lock:
             self._written.pop(key, None)
+
+    def on_add(self, obj: Object) -> None:
+        """Nothing to do: a cached object is read from the store."""
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """Nothing to do: ``get`` compares versions with the store's copy."""
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """The object is gone: drop its written copy, so ``get`` answers None."""
+        key = obj.key if isinstance(obj, DeletedFinalStateUnknown) else ObjectKey.of(obj)
+        self.forget(key)
 
     def __len__(self) -> int:
         """How many written copies the view holds (the cache has not caught up with)."""

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controller.cache import ObjectKey, Store
+from controller.informer import DeletedFinalStateUnknown
 from controller.view import ReadYourWritesView
 
 KEY = ObjectKey("ns", "s")
@@ -130,3 +131,19 @@ def test_concurrent_observers_leave_the_newest_write(store: Store) -> None:
     newest = view.get(KEY)
     assert newest is not None
     assert newest["metadata"]["resourceVersion"] == str(versions[-1])
+
+
+@pytest.mark.parametrize("how", ["watched", "found-by-relist"])
+def test_a_deleted_object_is_never_served_from_the_last_write(store: Store, how: str) -> None:
+    """Once the informer reports the delete, the written copy goes: ``get`` answers None.
+
+    Without it, the last write (newer than the absent cache entry) would bring the object
+    back, finalizer and all, for every later pass.
+    """
+    view = ReadYourWritesView(store)
+    written = view.observe(obj("7", phase="written"))
+    store.delete(KEY)
+    assert view.get(KEY) is written  # the cache alone cannot tell a delete from a lag
+    view.on_delete(DeletedFinalStateUnknown(KEY, written) if how == "found-by-relist" else written)
+    assert view.get(KEY) is None
+    assert len(view) == 0
