@@ -122,8 +122,11 @@ def not_started(
     So no run is announced again with every write: the next one waits for what the
     failure's verdict says (a change, or the failures' backoff).
     """
+    previous = observed.status.get("lastUpdate") or {}
     last = {
-        **(observed.status.get("lastUpdate") or {}),
+        # An interrupted run that now cannot start is no longer interrupted: carried over,
+        # the mark would make every pass run again at once (no backoff, no cap).
+        **{field: value for field, value in previous.items() if field != "interrupted"},
         "state": "failed",
         "type": operation,
         "generation": observed.generation,

@@ -14,6 +14,7 @@ from typing import Any
 from controller.reconciler import Result
 from reconcile.policy import Policy
 from reconcile.runner import ErrorKind, Outcome, Progress, UpdateRequest
+from reconcile.source import SourceError, SourceFailure
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
@@ -315,3 +316,33 @@ def test_a_missing_local_stack_stalls_a_pinned_stack_for_good(h: Harness) -> Non
         "Stalled": ("True", "StackNotFound"),
     }
     assert h.source.checkouts[0][1] == "b2" * 20
+
+
+def test_an_interrupted_run_that_then_cannot_start_is_not_rerun_at_once(h: Harness) -> None:
+    """The interrupted mark goes with the failed start: no hot loop, the stall holds.
+
+    Carried over, ``lastUpdate.interrupted`` made every pass run again at once (a fetch
+    and an ``UpdateStarted`` each time, past the failure cap).
+    """
+    h.create(branch=None, commit="b2" * 20)
+
+    def run(
+        _request: UpdateRequest, _on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        h.stop.set()
+        assert stop.wait(10), "the run's stop did not follow the operator's"
+        return h.fail(ErrorKind.INTERRUPTED, message="interrupted")
+
+    h.runner.then(run)
+    h.reconcile()
+    h.stop.clear()
+    assert h.status["lastUpdate"]["interrupted"] is True
+    h.source.checkout_error = SourceError(
+        "refused", reason=SourceFailure.AUTHENTICATION_FAILED, transient=False
+    )
+    h.reconcile()  # resumes the interrupted run, whose checkout is refused
+    h.reconcile()
+    h.reconcile()
+    assert "interrupted" not in h.status["lastUpdate"]
+    assert h.kstatus()["Stalled"] == ("True", "AuthenticationFailed")
+    assert [e.reason for e in h.events.posted].count("UpdateStarted") == 2
