@@ -145,8 +145,4 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
 
 def stack_reconciler_factory(cfg: OperatorConfig) -> Callable[[ManagerContext], StackReconciler]:
     """The manager's reconciler factory for ``cfg``: ``new_stack_reconciler(context, cfg)``."""
-
-    def new(context: ManagerContext) -> StackReconciler:
-        return new_stack_reconciler(context, cfg)
-
-    return new
+    return functools.partial(new_stack_reconciler, cfg=cfg)

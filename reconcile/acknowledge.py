@@ -110,9 +110,8 @@ class Acknowledger:
     def _offer(self, obj: Object) -> None:
         if pending_generation(obj) is None:
             return
-        metadata = obj["metadata"]
         with self._wake:
-            self._pending[ObjectKey(metadata.get("namespace") or "", metadata["name"])] = None
+            self._pending[ObjectKey.of(obj)] = None
             self._wake.notify()
 
     def _next(self) -> ObjectKey | None:

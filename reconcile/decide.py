@@ -12,7 +12,7 @@ A run is due, in this order, when:
 6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
    ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
    the failure was one that needs a change (the run left the Stack Stalled with a reason
-   in ``reconcile.verdict.NEEDS_A_CHANGE``), in which case nothing runs until one of 2-4
+   in ``reconcile.policy.NEEDS_A_CHANGE``), in which case nothing runs until one of 2-4
    happens;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
@@ -28,30 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.clock import parse_time
-from reconcile.policy import Policy, backoff, poll_period
+from reconcile.policy import NEEDS_A_CHANGE, Policy, backoff, poll_period
 from reconcile.spec import StackSpec
-from reconcile.verdict import NEEDS_A_CHANGE
 from status.conditions import STALLED, get_condition
-
-# ``Policy`` and ``backoff`` live in ``reconcile.policy``; re-exported for older callers.
-__all__ = [
-    "FLUX",
-    "FRESH_REASONS",
-    "INTERRUPTED",
-    "NEW_COMMIT",
-    "NEW_GENERATION",
-    "OURS",
-    "REQUESTED",
-    "RESUME",
-    "RESYNC",
-    "RETRY",
-    "Decision",
-    "Observed",
-    "Policy",
-    "Requests",
-    "backoff",
-    "decide",
-]
 
 NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
 RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"

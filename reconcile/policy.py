@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from reconcile.spec import StackSpec
+from status.conditions import Reason
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,3 +42,10 @@ def resync_period(spec: StackSpec) -> float | None:
     if spec.continue_resync_on_commit_match or spec.tracks_branch:
         return float(spec.resync_frequency_seconds)
     return None
+
+
+NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC})
+"""Failures no retry can mend: the program, the stack or the spec must change first.
+
+(``InvalidSpec`` from a run: ``spec.repoDir`` names no directory inside the commit.)
+"""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.clock import parse_time
-from reconcile.policy import Policy, backoff, poll_period, resync_period
+from reconcile.policy import NEEDS_A_CHANGE, Policy, backoff, poll_period, resync_period
 from reconcile.runner import ErrorKind, Outcome
 from reconcile.source import SourceFailure
 from reconcile.spec import StackSpec
@@ -69,11 +69,6 @@ EVENTS: Mapping[str, str] = {
 }
 """Every Event reason the reconciler posts, with its type: Warning exactly for failures."""
 
-NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC})
-"""Failures no retry can mend: the program, the stack or the spec must change first.
-
-(``InvalidSpec`` from a run: ``spec.repoDir`` names no directory inside the commit.)
-"""
 
 SUCCEEDED, FAILED, INTERRUPTED, CONFLICT = "succeeded", "failed", "interrupted", "conflict"
 SUSPENDED_MESSAGE = "Suspended: no Pulumi runs while spec.suspend is true"

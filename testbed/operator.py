@@ -30,7 +30,6 @@ from testbed.process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 STACK_OPERATOR = "pulumi_stack_operator"
-WIDGET_OPERATOR = "tests.controller.widget_operator"
 START_ATTEMPTS = 3
 
 
@@ -60,7 +59,7 @@ class Operator:
         Args:
             kubeconfig: the cluster and user the operator runs as.
             log: file receiving stdout and stderr (appended to).
-            module: the ``python -m`` module: ``STACK_OPERATOR`` or ``WIDGET_OPERATOR``.
+            module: the ``python -m`` module: ``STACK_OPERATOR`` (the default) or a test's own.
             namespaces: namespaces to watch; empty watches all.
             work_dir: ``--work-dir`` (the real operator only); None keeps its default.
             flags: flags for every start, after the connection flags.

@@ -193,18 +193,17 @@ class Attempt:
         result = self._engine("preview", "preview", args)
         return self.succeeded(stdout=result.stdout)
 
-    def destroy(self, *, remove: bool) -> Outcome:
-        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and its config) when ``remove``."""
+    def destroy(self) -> Outcome:
+        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and forget its managed config)."""
         args = ["destroy", "--skip-preview", "--yes", *self._message()]
         result = self._engine("destroy", "destroy", args)
         changes = self.observer.changes
-        if remove:
-            with self._phase("destroy"):
-                # Finishing what the destroy began: it runs even once stop is set.
-                self.cli.run(
-                    ["stack", "rm", "--yes", "--stack", self.request.stack], interruptible=False
-                )
-            projects.managed_keys_file(self.request).unlink(missing_ok=True)
+        with self._phase("destroy"):
+            # Finishing what the destroy began: it runs even once stop is set.
+            self.cli.run(
+                ["stack", "rm", "--yes", "--stack", self.request.stack], interruptible=False
+            )
+        projects.managed_keys_file(self.request).unlink(missing_ok=True)
         return self.succeeded(changes=changes, stdout=result.stdout)
 
     def cancel(self) -> None:

@@ -12,6 +12,7 @@ does not start once ``stop`` is set, unless it is short bookkeeping that must co
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ log = structlog.get_logger(__name__)
 
 # The operator's own environment variables the CLI (and so every program) inherits: how to
 # find executables, locale and time zone, where temporary files go, CA bundles, proxies
-# (both spellings), and the operator-wide Pulumi settings of ``reconcile.setup``. All
+# (both spellings), and the operator-wide Pulumi settings of ``pulumi_stack_operator.wiring``. All
 # others stay in the operator: the Kubernetes service account's ``KUBERNETES_*``,
 # ``KUBECONFIG``, ``PSO_*`` flags, and any credential it was started with. ``HOME`` and
 # ``PULUMI_HOME`` are the Stack's own; the request's ``env`` comes on top of all this.
@@ -117,7 +118,9 @@ class Cli:
         ``stop`` is set before an interruptible command starts.
         """
         self.last = None
-        words = " ".join(tuple(arg for arg in args if not arg.startswith("-"))[:2])
+        # The subcommand only: the words before the first flag (a flag's value, such as
+        # the update message, is not part of the command's name).
+        words = " ".join(itertools.takewhile(lambda arg: not arg.startswith("-"), args))
         stop = self._context.stop if interruptible else None
         command = process.Command(
             [self._context.binary, *_non_interactive(args)],

@@ -114,7 +114,6 @@ class LocalRunner:
         *,
         on_progress: ProgressCallback,
         stop: threading.Event,
-        remove_stack: bool = True,
     ) -> Outcome:
         """Destroy the stack's resources, then remove the stack (and its config file).
 
@@ -126,7 +125,7 @@ class LocalRunner:
             if not attempt.find_stack():
                 return attempt.succeeded(note="the stack does not exist; nothing to destroy")
             attempt.configure()
-            return attempt.destroy(remove=remove_stack)
+            return attempt.destroy()
         except StepFailedError as failure:
             return attempt.failed(failure)
         finally:
@@ -171,7 +170,7 @@ class LocalRunner:
         nothing else).
         """
         found = self._lock_files(request)
-        return bool(found) and backend_locks.clear_stale(found or [], request.stack)
+        return backend_locks.clear_stale(found or [], request.stack)
 
     def cancel(self, request: UpdateRequest) -> bool:
         """Cancel the stack's update in flight (``pulumi cancel --yes``); False if that failed.
@@ -184,8 +183,7 @@ class LocalRunner:
             attempt.open_stack(create=False)
             attempt.cancel()
         except StepFailedError as failure:
-            message = attempt.failed(failure).message
-            log.warning("Cancelling the stack's update failed", error=message)
+            attempt.failed(failure)  # logs the scrubbed failure
             return False
         finally:
             forget_credentials(attempt.home)

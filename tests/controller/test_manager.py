@@ -17,12 +17,14 @@ from kubernetes import client
 from controller.config import parse_config
 from controller.manager import Manager, ManagerContext, Resource
 from testbed.control_plane import ControlPlane
-from testbed.operator import WIDGET_OPERATOR, Operator
+from testbed.operator import Operator
 from testbed.process import free_port
 from tests.controller.conftest import GROUP, PLURAL, VERSION
 from tests.controller.widget_operator import WIDGETS, WidgetReconciler
 
 # -- the process -------------------------------------------------------------------------
+
+WIDGET_OPERATOR = "tests.controller.widget_operator"  # a second user of controller/
 
 
 def widget_operator(

@@ -17,11 +17,11 @@ import pytest
 
 from controller.clock import FakeClock
 from reconcile import verdict as verdicts
-from reconcile.policy import Policy
+from reconcile.policy import NEEDS_A_CHANGE, Policy
 from reconcile.runner import ErrorKind
 from reconcile.source import SourceFailure
 from reconcile.spec import StackSpec, parse_spec
-from reconcile.verdict import EVENTS, NEEDS_A_CHANGE, RunFacts, Verdict
+from reconcile.verdict import EVENTS, RunFacts, Verdict
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from tests.reconcile.fakes import outcome

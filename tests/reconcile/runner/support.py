@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from reconcile import process
 from reconcile.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
 from testbed.pulumi_env import PulumiEnv
 
@@ -82,19 +83,8 @@ def alive(pid: int) -> bool:
 
 
 def descendants(root: int) -> list[int]:
-    """The pids of every process below ``root``."""
-    parents = {
-        int(p.parent.name): int(st[1])
-        for p in Path("/proc").glob("[0-9]*/stat")
-        if (st := proc_stat(p.parent.name))
-    }
-    found, pending = [], [root]
-    while pending:
-        parent = pending.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        found += children
-        pending += children
-    return found
+    """The pids of every process below ``root`` (``reconcile.process``'s own walk)."""
+    return [pid for pid, _ in process.descendants(root)]
 
 
 def sleeping(pid: int) -> bool:

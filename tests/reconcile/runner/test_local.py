@@ -299,12 +299,3 @@ def test_prepare_reports_the_failure_run_would_report(
         ran.message,
     )
     assert failed.error is ErrorKind.PROGRAM_INVALID
-
-
-def test_attach_finds_nothing_for_local_runs(
-    runner: LocalRunner, make_request: Callable[..., UpdateRequest]
-) -> None:
-    """Local runs die with the operator: there is never a run to re-attach to."""
-    assert succeeded(run(runner, make_request()))
-
-    assert runner.attach(make_request()) is None
