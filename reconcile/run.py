@@ -3,7 +3,9 @@
 ``Runs.run(at, plan, stop)``:
 
 1. a Stack whose last update a gone instance of this operator left (``orphaned``) waits
-   until a deposed leader has surely stopped it (``takeover_delay`` after we took the Lease);
+   until a deposed leader has surely stopped it (``takeover_delay`` after we took the Lease),
+   then that run is concluded as ``Interrupted`` (an Event, ``lastUpdate``, ``history``)
+   before it runs again: the status never passes a dead run off as the new one;
 2. ``Progressing`` and ``currentUpdate`` in one write, and an ``UpdateStarted`` Event;
 3. the checkout and the request: a source that fails, or a ``spec.repoDir`` that is not
    there, concludes the announced run at once (never a "Running pulumi up" left behind);
@@ -53,6 +55,8 @@ class Runs:
         if orphaned and (wait := self._takeover_wait()) > 0:
             log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
             return Result(requeue_after=wait)
+        if orphaned:
+            self._conclude_orphaned(at, plan)
         started = self._parts.clock.wall()
         start = report.started(observed, plan.operation, self._settings.identity, started)
         verdict = verdicts.run_started(plan.operation, observed.commit, at.generation)
@@ -90,6 +94,21 @@ class Runs:
         failures = verdict.failures or 0
         fields = report.concluded(plan.observed, recorded, failures, now)
         return self._effects.execute(at, verdict, also=fields, now=now)
+
+    def _conclude_orphaned(self, at: Pass, plan: Plan) -> None:
+        """Record the run a gone instance left as interrupted (status, Event, metric)."""
+        now = self._parts.clock.wall()
+        current = plan.observed.status.get("currentUpdate") or {}
+        outcome = verdicts.orphaned_outcome(current, plan.operation, now)
+        log.info(
+            "Concluding an update a gone operator instance left", operator=current.get("operator")
+        )
+        verdict = verdicts.orphaned(outcome)
+        self._parts.metrics.observe_update(
+            outcome.operation, verdict.update_result, (now - outcome.started).total_seconds(), {}
+        )
+        fields = report.concluded(plan.observed, outcome, plan.previous_failures, now)
+        self._effects.execute(at, verdict, also=fields, now=now)
 
     def _not_started(self, at: Pass, plan: Plan, reason: Reason, message: str) -> Result:
         """Conclude an announced run that could not start: Stalled, recorded as failed."""

@@ -290,6 +290,47 @@ def _failed(
     )
 
 
+def orphaned_outcome(current: Mapping[str, Any], operation: str, now: datetime.datetime) -> Outcome:
+    """The outcome of a run a gone operator instance left (``current``: its currentUpdate).
+
+    Nobody saw it end: it counts as interrupted at ``now``, from its recorded start.
+    """
+    started = parse_time(current.get("startTime")) or now
+    operator = current.get("operator") or "another operator instance"
+    message = (
+        f"The update started by {operator} never finished: that operator instance stopped "
+        "without concluding it (its pod was deleted or crashed, or its node was lost); "
+        "running it again"
+    )
+    return Outcome(
+        operation=str(current.get("type") or operation),  # type: ignore[arg-type]
+        succeeded=False,
+        error=ErrorKind.INTERRUPTED,
+        message=message,
+        outputs={},
+        resource_changes={},
+        permalink=None,
+        started=started,
+        ended=now,
+    )
+
+
+def orphaned(outcome: Outcome) -> Verdict:
+    """A run a gone instance left is concluded as Interrupted before it runs again.
+
+    Ready False (Interrupted), still Reconciling, an ``Interrupted`` Warning Event; the
+    failure count is not raised (the program did not fail).
+    """
+    return Verdict(
+        conditions=Conditions(
+            Shape.RETRYING, Reason.INTERRUPTED, outcome.message, "Running the update again"
+        ),
+        event=Notice(Reason.INTERRUPTED, outcome.message),
+        update_result=INTERRUPTED,
+        ends_run=True,
+    )
+
+
 def run_started(operation: str, commit: str, generation: int) -> Verdict:
     """A due run is about to start: Progressing, and an ``UpdateStarted`` Event."""
     message = f"Running pulumi {operation} at commit {commit[:7]} (generation {generation})"

@@ -219,6 +219,13 @@ def test_an_orphaned_update_is_taken_over_after_the_takeover_delay(tmp_path: Pat
     h.reconcile()
     assert h.runner.operations == ["run", "clear_stale_lock", "cancel", "run"]
     assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    # The dead run is concluded as such before the new one starts, never passed off as it.
+    assert h.events.reasons == ["Interrupted", "UpdateStarted", "Succeeded"]
+    assert "gone_9" in h.events.posted[0].message
+    ready = [c["reason"] for w in h.writer.writes for c in w["conditions"] if c["type"] == "Ready"]
+    assert ready.index("Interrupted") < ready.index("Progressing")
+    assert h.metrics.updates == [("up", "interrupted"), ("up", "succeeded")]
+    assert [entry["result"] for entry in h.status["history"]] == ["succeeded", "Interrupted"]
 
 
 def test_a_run_left_by_a_restart_is_resumed(h: Harness) -> None:
