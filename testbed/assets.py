@@ -57,6 +57,11 @@ PYTHON_HOST_SDK_VERSION = "3.68.0"
 RECIPE_REVISION = "1"
 
 _K8S_BINARIES = ("kube-apiserver", "kubectl")
+# The node's components, built only when the node tests run (``--with node``). ``pause``
+# is the sandbox image's one binary, compiled with gcc from the same kubernetes module.
+NODE_BINARIES = ("kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler", "pause")
+HELM_VERSION = "3.22.0"
+HELM_K8S_MINOR = "37"  # the client-go minor helm 3.22 is built with
 PULUMI_BINARIES = (
     "pulumi",
     "pulumi-language-python",
@@ -244,10 +249,11 @@ def _k8s_ldflags(commit: str) -> str:
     return " ".join(flags)
 
 
-def _build_kube(go: _Go, out: Path) -> None:
+def _kube_wrapper(go: _Go, name: str) -> tuple[Path, Mapping[str, object]]:
+    """A wrapper module requiring k8s.io/kubernetes with its staging modules replaced."""
     staging = "v0." + K8S_VERSION.split(".", 1)[1]
     header = "go 1.26.0\n\ngodebug default=go1.26\n"
-    wrapper = _new_wrapper(go, f"k8s-{K8S_VERSION}", header)
+    wrapper = _new_wrapper(go, f"{name}-{K8S_VERSION}", header)
     info = go.download(f"k8s.io/kubernetes@v{K8S_VERSION}", wrapper)
     gomod = go.mod_json(str(info["GoMod"]), wrapper)
     # k8s.io/kubernetes requires its staging modules at the fake v0.0.0 and maps them to
@@ -259,7 +265,13 @@ def _build_kube(go: _Go, out: Path) -> None:
     for module in staged:
         go.run(["mod", "edit", f"-replace={module}={module}@{staging}"], wrapper)
     _log(f"k8s.io/kubernetes v{K8S_VERSION}: {len(staged)} staging modules replaced")
-    targets = [f"k8s.io/kubernetes/cmd/{b}" for b in _K8S_BINARIES]
+    return wrapper, info
+
+
+def _build_kube_commands(go: _Go, out: Path, name: str, binaries: Sequence[str]) -> Path:
+    """Build ``k8s.io/kubernetes/cmd/<binary>`` for each binary; returns the module's dir."""
+    wrapper, info = _kube_wrapper(go, name)
+    targets = [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
     go.run(["get", *(f"{t}@v{K8S_VERSION}" for t in targets)], wrapper)
     origin = info.get("Origin")
     commit = str(origin.get("Hash", "")) if isinstance(origin, dict) else ""
@@ -276,6 +288,43 @@ def _build_kube(go: _Go, out: Path) -> None:
         ],
         wrapper,
     )
+    return Path(str(info["Dir"]))
+
+
+def _build_kube(go: _Go, out: Path) -> None:
+    _build_kube_commands(go, out, "k8s", _K8S_BINARIES)
+
+
+def _build_node(go: _Go, out: Path) -> None:
+    module = _build_kube_commands(go, out, "k8s-node", NODE_BINARIES[:-1])
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        msg = "gcc is needed to build the pause binary of the node's sandbox image"
+        raise AssetError(msg)
+    source = module / "build" / "pause" / "linux" / "pause.c"
+    version = f'-DVERSION="v{K8S_VERSION}"'
+    _log(f"gcc -static {source}")
+    subprocess.run(
+        [gcc, "-Os", "-static", "-Wall", "-Werror", version, "-o", str(out / "pause"), str(source)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _build_helm(go: _Go, out: Path) -> None:
+    wrapper = _new_wrapper(go, f"helm-{HELM_VERSION}", "go 1.26.0\n")
+    command = "helm.sh/helm/v3/cmd/helm"
+    go.run(["get", f"{command}@v{HELM_VERSION}"], wrapper)
+    # Without the Kubernetes version stamps, offline `helm template`/`lint` assume 1.20 and
+    # refuse charts that need newer (helm's own build sets them from its client-go).
+    stamp = (
+        f"-s -w -X helm.sh/helm/v3/internal/version.version=v{HELM_VERSION}"
+        f" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
+        f" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={HELM_K8S_MINOR}"
+        f" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
+        f" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={HELM_K8S_MINOR}"
+    )
+    go.run(["build", "-trimpath", "-ldflags", stamp, "-o", f"{out}/", command], wrapper)
 
 
 def _build_pulumi(go: _Go, out: Path) -> None:
@@ -350,6 +399,24 @@ _RECIPES = {
         _build_kube,
         ("--version",),
         "k8s:wrapper+staging-replaces+stamp:" + _k8s_ldflags(""),
+    ),
+    "node": _Recipe(
+        "k8s-node",
+        K8S_VERSION,
+        NODE_BINARIES,
+        "",
+        _build_node,
+        ("--version",),
+        "k8s-node:wrapper+staging-replaces+stamp+pause-gcc-static:" + _k8s_ldflags(""),
+    ),
+    "helm": _Recipe(
+        "helm",
+        HELM_VERSION,
+        ("helm",),
+        "",
+        _build_helm,
+        ("version",),
+        f"helm:v3+k8s-1.{HELM_K8S_MINOR}",
     ),
     "pulumi": _Recipe(
         "pulumi",
@@ -545,6 +612,25 @@ def find_prometheus_operator_crds(*, download: bool = True) -> Path:
     return Path(str(go.download(module, cache_root())["Dir"])) / crds
 
 
+def find_built(name: str, *, build: bool = True) -> Path:
+    """Find (or build) the directory of an optional recipe: ``node`` or ``helm``.
+
+    These are built only for the tests that need them (the node tests run as root with
+    containerd installed; see ``hack/install-node``).
+    """
+    recipe = _RECIPES[name]
+    override = os.environ.get(_env_name(recipe.name) + "_DIR")
+    if override:
+        return Path(override)
+    built = _cached(recipe)
+    if built:
+        return built
+    if not build:
+        msg = f"{recipe.name} binaries not found; run hack/test-assets --with {name}"
+        raise AssetError(msg)
+    return _build(recipe, _Go.find(cache_root()))
+
+
 def ensure_assets(*, build: bool = True) -> Assets:
     """Find every binary, building the missing ones when ``build`` is true."""
     return Assets(
@@ -564,14 +650,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-build", action="store_true", help="fail instead of building what is missing"
     )
+    parser.add_argument(
+        "--with",
+        dest="extra",
+        action="append",
+        default=[],
+        choices=("node", "helm"),
+        help="also find or build the node's binaries or helm (repeatable)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
         assets = ensure_assets(build=not args.no_build)
+        extras = {
+            f"{_env_name(_RECIPES[name].name)}_DIR": str(find_built(name, build=not args.no_build))
+            for name in args.extra
+        }
     except AssetError as err:
         print(f"hack/test-assets: {err}", file=sys.stderr)
         return 1
-    for key, value in assets.env().items():
+    for key, value in {**assets.env(), **extras}.items():
         print(f"export {key}={value}" if args.print_env else f"{key}={value}")
     _log(f"ready in {time.monotonic() - started:.1f}s (cache {cache_root()})")
     return 0
