@@ -4,12 +4,20 @@
 #   docker build -t pulumi-stack-operator --build-arg REVISION="$(git rev-parse HEAD)" .
 #   (arm64: --build-arg PULUMI_ARCH=arm64)
 #
+# hack/build-image (make image) builds it without a registry: podman or docker, a Debian
+# base made with mmdebstrap, the test bed's Pulumi CLI served on loopback.
+#
 # Writable paths: PSO_WORK_DIR (checkouts, each Stack's PULUMI_HOME and HOME, the shared
 # plugin store; also the operator's HOME) and /tmp. With a read-only root filesystem, mount
 # an emptyDir on both.
 # tests/hack/test_dockerfile.py lints this file with hadolint and replays its install steps.
 
+# The base of every stage. Another base must be Debian-like (apt-get, useradd) with
+# python3 and its venv module; hack/build-image builds one with mmdebstrap.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The builder stage's base: PYTHON_IMAGE, or an image built on it with what reaching the
+# package index needs (e.g. a proxy's CA bundle), which then stays out of the image.
+ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 # Keep in step with PULUMI_VERSION in testbed/assets.py: the CLI the tests run.
 ARG PULUMI_VERSION=3.274.1
 # x64 or arm64, as the release archives are named.
@@ -18,33 +26,45 @@ ARG PULUMI_URL=https://get.pulumi.com/releases/sdk/pulumi-v${PULUMI_VERSION}-lin
 ARG PULUMI_CHECKSUMS_URL=https://get.pulumi.com/releases/sdk/pulumi-${PULUMI_VERSION}-checksums.txt
 
 # -- the operator: its wheel, installed with its dependencies into /opt/venv -------------
-FROM ${PYTHON_IMAGE} AS builder
+FROM ${BUILDER_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The venv keeps its pip: the Python language host runs `python -m pip list` in it to find
+# the plugins a program needs. The dependencies first, from pyproject.toml alone, so that a
+# change to the operator's code (or the README) reuses their layer.
+COPY pyproject.toml ./
+RUN python -m venv /opt/venv \
+    && python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+        > /tmp/requirements.txt \
+    && /opt/venv/bin/pip install --requirement /tmp/requirements.txt
+COPY README.md ./
 COPY controller/ controller/
 COPY reconcile/ reconcile/
 COPY status/ status/
 COPY pulumi_stack_operator/ pulumi_stack_operator/
-# The venv has no pip of its own: this stage's pip installs into it (pip --python).
-RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && python -m venv --without-pip /opt/venv \
-    && pip --python /opt/venv/bin/python install /wheels/*.whl
+RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
+    && /opt/venv/bin/pip install --no-deps /wheels/*.whl \
+    && /opt/venv/bin/pip check
+
+# -- the Pulumi CLI's release archive and checksums, fetched in a stage of their own so
+# that the URLs (build arguments) do not change the cache keys of the steps after them --
+FROM scratch AS download
+ARG PULUMI_URL
+ARG PULUMI_CHECKSUMS_URL
+# Both sources are URLs (hadolint sees only the ARG names); the checksum is verified below.
+# hadolint ignore=DL3020
+ADD ${PULUMI_URL} /download/pulumi.tar.gz
+# hadolint ignore=DL3020
+ADD ${PULUMI_CHECKSUMS_URL} /download/checksums.txt
 
 # -- the Pulumi CLI and the plugins Python programs need, from the release archive --------
 FROM ${PYTHON_IMAGE} AS pulumi
 ARG PULUMI_VERSION
 ARG PULUMI_ARCH
-ARG PULUMI_URL
-ARG PULUMI_CHECKSUMS_URL
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /download
-# Both sources are URLs (hadolint sees only the ARG names); the checksum is verified below.
-# hadolint ignore=DL3020
-ADD ${PULUMI_URL} pulumi.tar.gz
-# hadolint ignore=DL3020
-ADD ${PULUMI_CHECKSUMS_URL} checksums.txt
+COPY --from=download /download/ ./
 # Only what the test bed proves (testbed/assets.py PULUMI_BINARIES); other language
 # hosts would need runtimes this image does not have.
 RUN awk -v archive="pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz" \
@@ -57,16 +77,6 @@ RUN awk -v archive="pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz" \
 
 # -- the image ----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
-ARG VERSION=0.1.0
-ARG REVISION=unknown
-ARG PULUMI_VERSION
-LABEL org.opencontainers.image.title="pulumi-stack-operator" \
-      org.opencontainers.image.description="Reconciles pulumi.com/v1 Stacks through the Pulumi Automation API" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
-      com.pulumi.cli.version="${PULUMI_VERSION}"
 # git and ssh fetch Stack sources (sshAuth needs ssh); tini is PID 1 so that plugin
 # processes orphaned by a killed Pulumi CLI are reaped, not left as zombies. Debian's
 # versions are not pinned: bookworm's security updates replace them, and a pin would
@@ -86,10 +96,25 @@ ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/var/lib/pulumi-stack-operator \
     PSO_WORK_DIR=/var/lib/pulumi-stack-operator \
-    PULUMI_SKIP_UPDATE_CHECK=true
+    PULUMI_SKIP_UPDATE_CHECK=true \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
 WORKDIR /var/lib/pulumi-stack-operator
 USER 65532:65532
 # /metrics and /healthz, /readyz. The flags default to loopback; in a container pass
 # --metrics-bind-address=:8080 --health-probe-bind-address=:8081 (the manifests do).
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/bin/tini", "--", "pulumi-stack-operator"]
+# Last, so that a new revision changes only this step (build arguments are part of the
+# cache key of every later RUN).
+ARG PYTHON_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG PULUMI_VERSION
+LABEL org.opencontainers.image.title="pulumi-stack-operator" \
+      org.opencontainers.image.description="Reconciles pulumi.com/v1 Stacks through the Pulumi Automation API" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}" \
+      com.pulumi.cli.version="${PULUMI_VERSION}"

@@ -1,13 +1,15 @@
 """The Dockerfile: hadolint-clean, its contract with manifests and tests, its install steps.
 
-No container engine runs here, so the image is never built. Instead the Dockerfile is
-linted, its promises (user, entry point, work dir, labels, Pulumi pin) are read from it,
-and its builder stage is replayed: the files it copies, built into a wheel, installed
-into a fresh virtualenv, which must run the entry point and import every package.
+These tests need no container engine (tests/image builds and runs the image itself). The
+Dockerfile is linted, its promises (user, entry point, work dir, labels, bases, Pulumi pin)
+are read from it, and its builder stage is replayed: the files it copies, built into a
+wheel, installed into a fresh virtualenv that keeps its pip, which must run the entry
+point, import every package and answer ``pip list`` (the Python language host asks it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from testbed.assets import PULUMI_BINARIES, PULUMI_VERSION
 from tests.hack.wheelhouse import repack_requirements
@@ -103,9 +106,30 @@ def test_image_contract() -> None:
     env = " ".join(final("ENV"))
     assert f"PSO_WORK_DIR={WORK_DIR}" in env
     assert final("WORKDIR") == [WORK_DIR]
+    assert "PIP_NO_CACHE_DIR=1" in env  # pip stays, its cache never does
     labels = " ".join(final("LABEL"))
     for key in ("title", "description", "licenses", "version", "revision"):
         assert f"org.opencontainers.image.{key}=" in labels
+    # The label names the base the image was really built on.
+    assert 'org.opencontainers.image.base.name="${PYTHON_IMAGE}"' in labels
+    assert "PYTHON_IMAGE" in final("ARG")
+
+
+def test_stages_are_built_on_the_base_arguments() -> None:
+    """Stages start from PYTHON_IMAGE; the builder from BUILDER_IMAGE (default: the same)."""
+    args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
+    assert "BUILDER_IMAGE=${PYTHON_IMAGE}" in args
+    bases = {
+        a.split()[-1] if " as " in a.lower() else "": a.split()[0]
+        for _, kw, a in instructions()
+        if kw == "FROM"
+    }
+    assert bases == {
+        "builder": "${BUILDER_IMAGE}",
+        "download": "scratch",
+        "pulumi": "${PYTHON_IMAGE}",
+        "": "${PYTHON_IMAGE}",
+    }
 
 
 def builder_copies() -> list[tuple[list[str], str]]:
@@ -188,28 +212,38 @@ def test_every_shipped_package_is_copied_into_the_image() -> None:
     assert {m.split(".")[0] for m in modules} <= copied
 
 
+def project_dependencies() -> list[str]:
+    """pyproject.toml's dependencies: what the builder stage installs before the wheel."""
+    return list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+
+
 @pytest.mark.e2e
 def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
-    """The Dockerfile's wheel and fresh-venv install run the entry point and import it all.
+    """The Dockerfile's venv (with its pip) runs the entry point, imports it all, lists pip.
 
-    As in the builder stage: ``pip wheel --no-deps`` (its build backend comes from the
-    package index), a venv without pip, ``pip --python`` into it. The dependencies come
-    from a wheelhouse repacked from this virtualenv instead of the index: offline, and
-    the versions the test suite runs.
+    As in the builder stage: a venv with pip, pyproject.toml's dependencies installed into
+    it, then the wheel (``pip wheel --no-deps``, its build backend from the package index)
+    without dependencies, and ``pip check``. The dependencies come from a wheelhouse
+    repacked from this virtualenv instead of the index: offline, and the versions the test
+    suite runs.
     """
     started = time.monotonic()
     context, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
     replay_copies(context)
-    pip = (sys.executable, "-m", "pip", "--disable-pip-version-check")
-    run(*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, context, cwd=tmp_path)
-    (wheel,) = wheels.glob("pulumi_stack_operator-*.whl")
-    repack_requirements(requirements(wheel), tmp_path / "wheelhouse")
-    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
+    pip = (python, "-m", "pip", "--disable-pip-version-check", "--quiet")
+    run(*pip, "wheel", "--no-deps", "--wheel-dir", wheels, context, cwd=tmp_path)
+    (wheel,) = wheels.glob("pulumi_stack_operator-*.whl")
+    same = {str(Requirement(r)) for r in project_dependencies()}
+    assert {str(Requirement(r)) for r in requirements(wheel)} == same
+    repack_requirements(requirements(wheel), tmp_path / "wheelhouse")
+    (tmp_path / "requirements.txt").write_text("\n".join(project_dependencies()) + "\n")
     # --no-compile: the image byte-compiles (pip's default); that is not what this checks.
-    wheelhouse = ("--no-compile", "--no-index", "--find-links", tmp_path / "wheelhouse")
-    install = ("install", "--quiet", *wheelhouse)
-    run(*pip, "--python", python, *install, wheel, cwd=tmp_path)
+    offline = ("--no-compile", "--no-index", "--find-links", tmp_path / "wheelhouse")
+    run(*pip, "install", *offline, "--requirement", tmp_path / "requirements.txt", cwd=tmp_path)
+    run(*pip, "install", "--no-compile", "--no-deps", wheel, cwd=tmp_path)
+    run(*pip, "check", cwd=tmp_path)
 
     assert "usage: pulumi-stack-operator" in run(
         venv / "bin" / "pulumi-stack-operator", "--help", cwd=tmp_path
@@ -217,4 +251,6 @@ def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     modules = ", ".join(shipped_modules())
     where = run(python, "-c", f"import {modules}; print(controller.__file__)", cwd=tmp_path)
     assert where.startswith(str(venv)), where
+    listed = json.loads(run(python, "-m", "pip", "list", "-v", "--format", "json", cwd=tmp_path))
+    assert {"pulumi", "pulumi-stack-operator"} <= {p["name"] for p in listed}
     print(f"wheel + fresh venv install: {time.monotonic() - started:.1f}s")  # noqa: T201

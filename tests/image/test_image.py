@@ -1,0 +1,177 @@
+"""The operator's image, built here with ``testbed.image`` and run with the real engine.
+
+Each test runs the image as a cluster would: its own user (65532), a read-only root
+filesystem, writable mounts on the work dir and /tmp, no network. The Python program test
+is the one that failed while the venv had no pip: the Python language host runs
+``python -m pip list`` in the interpreter it finds on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.assets import PULUMI_VERSION
+from testbed.image import BuiltImage, Engine, save_archive
+from tests.image.container import UID, WORK_DIR, run_image
+
+pytestmark = [pytest.mark.image]
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = REPO / "testbed" / "programs" / "files"
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """The stdout of a run that must have succeeded."""
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_entry_point_runs_as_nonroot_on_a_read_only_root(
+    image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
+) -> None:
+    """``--help`` exits 0 as uid 65532; the root is read-only, the work dir writable."""
+    assert "usage: pulumi-stack-operator" in ok(
+        run_image(image_engine, operator_image, tmp_path, "--help")
+    )
+    script = f"id -u; touch {WORK_DIR}/w /tmp/w; touch /opt/venv/x 2>/dev/null || echo ro"
+    out = ok(run_image(image_engine, operator_image, tmp_path, "-c", script, entrypoint="sh"))
+    assert out.split() == [str(UID), "ro"]
+    assert (tmp_path / "work" / "w").stat().st_uid == UID
+
+
+def test_python_program_runs_in_the_image(
+    image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
+) -> None:
+    """A Python program with a dynamic provider goes up, and ``pip list`` works, as 65532.
+
+    The program is found the way a user's program is: ``runtime: python``, the image's
+    interpreter (its virtualenv first on PATH). The passphrase reaches the CLI from an
+    env file, never a command line.
+    """
+    work = tmp_path / "work"
+    shutil.copytree(PROGRAM, work / "program")
+    for path in (work / "program", *(work / "program").iterdir()):
+        shutil.chown(path, UID, UID)
+    env_file = tmp_path / "env"
+    env_file.write_text("PULUMI_CONFIG_PASSPHRASE=image-test-passphrase\n")
+    env_file.chmod(0o600)
+    up = (
+        f"cd {WORK_DIR}/program && pulumi stack select --create dev && "
+        f"pulumi up --yes --skip-preview --non-interactive "
+        f"--config path={WORK_DIR}/hello.txt --config content=from-the-image"
+    )
+    env = {"PULUMI_BACKEND_URL": f"file://{WORK_DIR}"}
+    proc = run_image(
+        image_engine,
+        operator_image,
+        tmp_path,
+        "-c",
+        up,
+        entrypoint="sh",
+        env_file=env_file,
+        env=env,
+        timeout=300,
+    )
+    ok(proc)
+    assert (work / "hello.txt").read_text() == "from-the-image"
+    listed = ok(
+        run_image(
+            image_engine,
+            operator_image,
+            tmp_path,
+            "-m",
+            "pip",
+            "list",
+            "-v",
+            "--format",
+            "json",
+            entrypoint="python",
+        )
+    )
+    assert "pulumi" in {package["name"] for package in json.loads(listed)}
+
+
+def test_labels_name_the_base_version_and_cli(
+    image_engine: Engine, operator_image: BuiltImage
+) -> None:
+    """The OCI labels: the real base, the project's version, the revision, the CLI version."""
+    found = image_engine.run(
+        "image", "inspect", "--format", "{{json .Config.Labels}}", operator_image.ref
+    )
+    labels = json.loads(found.stdout)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert labels["org.opencontainers.image.base.name"] == operator_image.base
+    assert labels["org.opencontainers.image.version"] == version
+    assert labels["org.opencontainers.image.revision"] == head
+    assert labels["com.pulumi.cli.version"] == PULUMI_VERSION
+
+
+def test_pulumi_cli_is_the_test_beds_version(
+    image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
+) -> None:
+    """``pulumi version`` in the image prints the version the tests run."""
+    out = ok(run_image(image_engine, operator_image, tmp_path, "version", entrypoint="pulumi"))
+    assert out.strip() == f"v{PULUMI_VERSION}"
+
+
+def containerd_config(root: Path) -> str:
+    """A containerd config whose every path is under ``root`` (its CRI plugin off)."""
+    return (
+        "version = 2\n"
+        f'root = "{root}/root"\nstate = "{root}/state"\n'
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+        f'[grpc]\n  address = "{root}/sock"\n[ttrpc]\n  address = "{root}/sock.ttrpc"\n'
+    )
+
+
+@pytest.fixture
+def containerd(tmp_path: Path) -> Iterator[Path]:
+    """A private containerd (its own root, state and socket); yields its socket."""
+    if shutil.which("containerd") is None or shutil.which("ctr") is None:
+        pytest.skip("containerd and ctr are not installed (hack/install-node installs them)")
+    root = tmp_path / "containerd"
+    root.mkdir()
+    (root / "config.toml").write_text(containerd_config(root))
+    with (root / "log").open("w") as log:
+        proc = subprocess.Popen(
+            ["containerd", "--config", str(root / "config.toml")], stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "sock").is_socket():
+            assert proc.poll() is None, (root / "log").read_text()
+            assert time.monotonic() < deadline, "containerd did not listen within 30s"
+            time.sleep(0.1)
+        yield root / "sock"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        assert str(root) not in Path("/proc/self/mounts").read_text()
+
+
+def test_archive_imports_into_containerd(operator_image: BuiltImage, containerd: Path) -> None:
+    """``save_archive`` gives an archive ``ctr images import`` loads under the image's ref."""
+    archive = save_archive(operator_image)
+    assert save_archive(operator_image) == archive  # cached by image id
+    ctr = ["ctr", "--address", str(containerd), "--namespace", "k8s.io"]
+    subprocess.run([*ctr, "images", "import", str(archive)], check=True, timeout=300)
+    listed = subprocess.run(
+        [*ctr, "images", "ls", "--quiet"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert operator_image.ref in listed.stdout.split()
