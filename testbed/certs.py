@@ -3,6 +3,8 @@
 Mirrors controller-runtime envtest's ``tinyca``: ECDSA P-256 keys, one CA for the
 serving certificate, a separate CA for client certificates (common name = user,
 organisation = groups), and a key pair the apiserver signs service-account tokens with.
+Serving certificates may carry extra names and IPs (a node-facing apiserver needs the
+``kubernetes`` Service's ClusterIP and ``kubernetes.default.svc``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -102,12 +105,14 @@ class TinyCA:
         cert = builder.sign(self._key, hashes.SHA256())
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
-    def serving_cert(self, host: str) -> KeyPair:
-        """Issue a server certificate for ``localhost`` and the IP ``host``."""
+    def serving_cert(
+        self, host: str, extra_ips: Sequence[str] = (), extra_names: Sequence[str] = ()
+    ) -> KeyPair:
+        """Issue a server certificate for ``localhost``, the IP ``host`` and any extra SANs."""
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-        sans: list[x509.GeneralName] = [
-            x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address(host)),
+        sans: list[x509.GeneralName] = [x509.DNSName(name) for name in ("localhost", *extra_names)]
+        sans += [
+            x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys((host, *extra_ips))
         ]
         return self._issue(subject, ExtendedKeyUsageOID.SERVER_AUTH, sans)
 

@@ -11,12 +11,19 @@ Fault injection for tests: ``restart_apiserver()`` kills and restarts kube-apise
 the same port (``stop_apiserver()`` and ``start_apiserver()`` are its two halves, for an
 outage of a length the test decides), and ``compact_etcd()`` compacts etcd's history so
 that watches from an older resourceVersion get ``410 Gone``.
+
+With ``NodeOptions`` (what ``testbed.node`` passes) kube-apiserver is set up for a real
+node instead: it binds and advertises an address the node's network namespace reaches,
+its serving certificate also names the ``kubernetes`` Service (ClusterIP and DNS names),
+the Node and RBAC authorizers, ServiceAccount and NodeRestriction admission and the
+endpoint reconciler are on, and it holds a client certificate for calling kubelets.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import ipaddress
 import json
 import ssl
 import subprocess
@@ -31,6 +38,12 @@ from testbed.certs import TinyCA
 from testbed.process import START_TIMEOUT, Process, ProcessError, free_port
 
 HOST = "127.0.0.1"
+_SERVICE_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,18 +55,36 @@ class Binaries:
     kubectl: Path
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeOptions:
+    """kube-apiserver settings for a control plane that real nodes join."""
+
+    address: str  # bound and advertised: must be reachable from the nodes (not 0.0.0.0)
+    service_cidr: str  # the Service ClusterIP range
+
+    @property
+    def kubernetes_service_ip(self) -> str:
+        """The ``kubernetes`` Service's ClusterIP: the range's first address."""
+        return str(ipaddress.ip_network(self.service_cidr)[1])
+
+
 class ControlPlane:
     """etcd + kube-apiserver in a directory of their own."""
 
-    def __init__(self, binaries: Binaries, root: Path) -> None:
-        """Prepare (not start) a control plane whose files live under ``root``."""
+    def __init__(self, binaries: Binaries, root: Path, node: NodeOptions | None = None) -> None:
+        """Prepare (not start) a control plane whose files live under ``root``.
+
+        Without ``node`` the apiserver serves on loopback only, as envtest's does.
+        """
         self.binaries = binaries
         self.root = root
+        self.node = node
+        self.host = node.address if node else HOST
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
         self.port = free_port()
         self.kubeconfig = root / "kubeconfig"
-        self._certs = root / "certs"
+        self.certs = root / "certs"  # serving-ca.crt, client-ca.crt, sa-signer.{crt,key}
         self._client_ca: TinyCA | None = None
         self._etcd: Process | None = None
         self._apiserver: Process | None = None
@@ -61,7 +92,7 @@ class ControlPlane:
     @property
     def url(self) -> str:
         """The apiserver's https URL."""
-        return f"https://{HOST}:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def processes(self) -> list[Process]:
@@ -73,7 +104,7 @@ class ControlPlane:
         self._write_certs()
         self._start_etcd()
         self._start_apiserver()
-        admin = self._certs / "admin.crt", self._certs / "admin.key"
+        admin = self.certs / "admin.crt", self.certs / "admin.key"
         self._write_kubeconfig(self.kubeconfig, admin[0].read_bytes(), admin[1].read_bytes())
         self._wait_for_default_namespace()
 
@@ -141,12 +172,15 @@ class ControlPlane:
     # -- internals ------------------------------------------------------------------
 
     def _write_certs(self) -> None:
-        self._certs.mkdir(parents=True, exist_ok=True)
+        self.certs.mkdir(parents=True, exist_ok=True)
         serving_ca = TinyCA("serving-ca")
         client_ca = self._client_ca = TinyCA("client-ca")
         signer = TinyCA("service-account-signer")
-        serving = serving_ca.serving_cert(HOST)
+        extra_ips = [HOST, self.node.kubernetes_service_ip] if self.node else []
+        serving = serving_ca.serving_cert(self.host, extra_ips, _SERVICE_NAMES if self.node else ())
         admin = client_ca.client_cert("admin", ["system:masters"])
+        # apiserver -> kubelet (logs, exec): kubelets authenticate it with the client CA.
+        kubelet_client = client_ca.client_cert("kube-apiserver-kubelet-client", ["system:masters"])
         files = {
             "serving-ca.crt": serving_ca.cert_pem,
             "apiserver.crt": serving.cert_pem,
@@ -156,9 +190,11 @@ class ControlPlane:
             "admin.key": admin.key_pem,
             "sa-signer.crt": signer.key_pair.cert_pem,
             "sa-signer.key": signer.key_pair.key_pem,
+            "kubelet-client.crt": kubelet_client.cert_pem,
+            "kubelet-client.key": kubelet_client.key_pem,
         }
         for name, data in files.items():
-            path = self._certs / name
+            path = self.certs / name
             path.write_bytes(data)
             path.chmod(0o600)
 
@@ -182,7 +218,7 @@ class ControlPlane:
         self._etcd.start(lambda: _get(f"{client_url}/health") == 200)
 
     def _start_apiserver(self) -> None:
-        certs = self._certs
+        certs = self.certs
         argv = [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers=http://{HOST}:{self.etcd_port}",
@@ -190,15 +226,11 @@ class ControlPlane:
             f"--tls-cert-file={certs / 'apiserver.crt'}",
             f"--tls-private-key-file={certs / 'apiserver.key'}",
             f"--secure-port={self.port}",
-            f"--bind-address={HOST}",
-            f"--advertise-address={HOST}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             "--allow-privileged=true",
-            # The kubernetes Service may not point at loopback; nothing here needs it.
-            "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount",
-            "--authorization-mode=RBAC",
-            f"--service-account-issuer=https://{HOST}:{self.port}/",
+            *(self._node_flags() if self.node else _LOOPBACK_FLAGS),
+            f"--service-account-issuer=https://{self.host}:{self.port}/",
             f"--service-account-key-file={certs / 'sa-signer.crt'}",
             f"--service-account-signing-key-file={certs / 'sa-signer.key'}",
             f"--client-ca-file={certs / 'client-ca.crt'}",
@@ -207,6 +239,18 @@ class ControlPlane:
         context = ssl.create_default_context(cafile=str(certs / "serving-ca.crt"))
         self._apiserver = Process("kube-apiserver", argv, self.root / "logs")
         self._apiserver.start(lambda: _get(f"{self.url}/readyz", context) == 200)
+
+    def _node_flags(self) -> list[str]:
+        assert self.node is not None
+        certs = self.certs
+        return [
+            f"--service-cluster-ip-range={self.node.service_cidr}",
+            "--enable-admission-plugins=NodeRestriction",
+            "--authorization-mode=Node,RBAC",
+            f"--kubelet-client-certificate={certs / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={certs / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
 
     def _write_kubeconfig(self, path: Path, cert_pem: bytes, key_pem: bytes) -> None:
         def b64(data: bytes) -> str:
@@ -221,7 +265,7 @@ class ControlPlane:
                     "cluster": {
                         "server": self.url,
                         "certificate-authority-data": b64(
-                            (self._certs / "serving-ca.crt").read_bytes()
+                            (self.certs / "serving-ca.crt").read_bytes()
                         ),
                     },
                 }
@@ -257,6 +301,15 @@ class ControlPlane:
                 return
         msg = "the default namespace never appeared"
         raise ProcessError(msg)
+
+
+_LOOPBACK_FLAGS = (
+    "--service-cluster-ip-range=10.0.0.0/24",
+    # The kubernetes Service may not point at loopback; nothing here needs it.
+    "--endpoint-reconciler-type=none",
+    "--disable-admission-plugins=ServiceAccount",
+    "--authorization-mode=RBAC",
+)
 
 
 def _get(url: str, context: ssl.SSLContext | None = None) -> int:

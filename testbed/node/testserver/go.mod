@@ -1,0 +1,3 @@
+module local/pso-testserver
+
+go 1.26

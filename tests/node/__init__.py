@@ -1,0 +1,1 @@
+"""Node end-to-end tests: a real single-node cluster (kubelet, containerd, CNI, kube-proxy)."""

@@ -1,0 +1,70 @@
+"""The session's single-node cluster (a pytest plugin: ``tests/conftest.py`` registers it).
+
+``node_cluster`` starts a ``NodeCluster`` (control plane, kube-controller-manager,
+kube-scheduler, one node) once per session, shared by every test that needs it (the node
+tests, the chart's install test), and after stopping it fails loudly if anything of it is
+left on the machine. It skips, naming what is missing, when not root, when containerd /
+runc / CNI plugins / iptables are absent (``hack/install-node`` installs them) or when the
+node binaries are not built (``python3 -m testbed.assets --with node``). A failed test's
+report gets the tail of the node daemons' logs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator, Iterator
+
+import pytest
+
+from testbed.assets import AssetError
+from testbed.node import NodeBinaries, NodeCluster, missing_host_tools
+
+_clusters: list[NodeCluster] = []
+
+
+def node_binaries_or_skip() -> NodeBinaries:
+    """The node's binaries, or skip the test saying what is missing."""
+    if os.geteuid() != 0:
+        pytest.skip("the node tests need root (network namespaces, mounts, cgroups)")
+    missing = missing_host_tools()
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (run hack/install-node)")
+    try:
+        return NodeBinaries.find(build=False)
+    except AssetError as err:
+        pytest.skip(f"node binaries not built ({err}); run hack/install-node")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of the node daemons' logs (containerd, kubelet, kube-proxy)."""
+    del item, call
+    report: pytest.TestReport = yield
+    if report.failed:
+        for cluster in _clusters:
+            for log in cluster.log_files():
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                report.sections.append((f"node log ({log})", tail))
+    return report
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """A running single-node cluster for the session; nothing of it may survive it."""
+    binaries = node_binaries_or_skip()
+    cluster = NodeCluster(tmp_path_factory.mktemp("node-cluster"), binaries)
+    _clusters.append(cluster)
+    started = time.monotonic()
+    cluster.start()  # stops what it started when it fails
+    print(f"node cluster ready in {time.monotonic() - started:.1f}s")  # noqa: T201
+    try:
+        yield cluster
+    finally:
+        started = time.monotonic()
+        cluster.stop()
+        print(f"node cluster stopped in {time.monotonic() - started:.1f}s")  # noqa: T201
+        leftovers = cluster.leftovers()
+        assert leftovers == [], f"the node cluster left these behind: {leftovers}"
