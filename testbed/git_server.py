@@ -1,8 +1,9 @@
 """Bare git repositories served on loopback by ``git daemon``.
 
 ``GitServer.create_repo(name)`` makes a bare repository that anyone can clone from and
-push to at ``git://127.0.0.1:<port>/<name>.git``. ``Checkout`` is a working copy used by
-tests to commit and push, the way a user's CI would.
+push to at ``git://<host>:<port>/<name>.git`` (``host`` is loopback unless another local
+address is given, e.g. the host end of the test node's network, for pods to clone from).
+``Checkout`` is a working copy used by tests to commit and push, the way a user's CI would.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def git(*args: str, cwd: Path | None = None) -> str:
 class GitServer:
     """``git daemon`` exporting every repository under ``root``."""
 
-    def __init__(self, root: Path) -> None:
-        """Prepare (not start) a server for ``root``."""
-        self.root = root
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
+        """Prepare (not start) a server for ``root`` listening on ``host`` (an address)."""
+        self.root, self.host = root, host
         self.repos = root / "repos"
         self.port = free_port()
         self._process: Process | None = None
@@ -59,7 +60,7 @@ class GitServer:
             "--enable=receive-pack",  # tests push over git://
             "--informative-errors",
             f"--base-path={self.repos}",
-            "--listen=127.0.0.1",
+            f"--listen={self.host}",
             f"--port={self.port}",
             str(self.repos),
         ]
@@ -72,12 +73,12 @@ class GitServer:
             self._process.stop()
 
     def _accepting(self) -> bool:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+        with socket.create_connection((self.host, self.port), timeout=1):
             return True
 
     def url(self, name: str) -> str:
         """The clone URL of repository ``name``."""
-        return f"git://127.0.0.1:{self.port}/{name}.git"
+        return f"git://{self.host}:{self.port}/{name}.git"
 
     def create_repo(self, name: str, branch: str = "main") -> str:
         """Create an empty bare repository whose default branch is ``branch``; returns its URL."""

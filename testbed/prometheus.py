@@ -41,11 +41,27 @@ def check_metrics(exposition: str) -> subprocess.CompletedProcess[str]:
 
 
 class Prometheus:
-    """A Prometheus server scraping ``target`` (host:port) at a 1 s interval."""
+    """A Prometheus server scraping at a 1 s interval and evaluating rules every second.
 
-    def __init__(self, binary: Path, root: Path, target: str) -> None:
+    It scrapes ``target`` (host:port) as job ``operator``, or the ``scrape_configs`` given
+    (e.g. Kubernetes service discovery); ``rule_files`` are Prometheus rule files.
+    """
+
+    def __init__(
+        self,
+        binary: Path,
+        root: Path,
+        target: str | None = None,
+        *,
+        scrape_configs: list[dict[str, Any]] | None = None,
+        rule_files: list[Path] | None = None,
+    ) -> None:
         """Prepare (not start) a server whose data and config live under ``root``."""
         self.binary, self.root, self.target = binary, root, target
+        if scrape_configs is None:
+            assert target is not None, "a target or scrape_configs"
+            scrape_configs = [{"job_name": "operator", "static_configs": [{"targets": [target]}]}]
+        self.scrape_configs, self.rule_files = scrape_configs, list(rule_files or [])
         self.port = free_port()
         self._process: Process | None = None
 
@@ -67,9 +83,8 @@ class Prometheus:
                         "scrape_timeout": "1s",
                         "evaluation_interval": "1s",
                     },
-                    "scrape_configs": [
-                        {"job_name": "operator", "static_configs": [{"targets": [self.target]}]}
-                    ],
+                    "scrape_configs": self.scrape_configs,
+                    "rule_files": [str(path) for path in self.rule_files],
                 }
             )
         )
