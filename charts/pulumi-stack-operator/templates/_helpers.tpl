@@ -1,0 +1,74 @@
+{{/*
+Names, labels and shared rules. The app.kubernetes.io/name label is always
+"pulumi-stack-operator": the alerts and dashboards in manifests/ select on it.
+*/}}
+
+{{/* The name of every object: the release name if it contains the chart's, else both. */}}
+{{- define "pso.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pso.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels selecting this release's operator pods (plus a component label per object). */}}
+{{- define "pso.selectorLabels" -}}
+app.kubernetes.io/name: pulumi-stack-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of every templated object. */}}
+{{- define "pso.labels" -}}
+{{ include "pso.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: pulumi-stack-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "pso.chart" . }}
+{{- end -}}
+
+{{- define "pso.serviceAccountName" -}}
+{{- default (include "pso.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "pso.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+What reconciling Stacks takes (manifests/rbac/role.yaml), as a ClusterRole or a Role per
+watched namespace. No create/delete of Stacks, no list/watch of Secrets.
+*/}}
+{{- define "pso.stackRules" -}}
+- apiGroups: [pulumi.com]
+  resources: [stacks]
+  # list/watch: the informer; get: the status writer re-reads after a conflict;
+  # patch: the finalizer.
+  verbs: [get, list, watch, patch]
+- apiGroups: [pulumi.com]
+  resources: [stacks/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  # patch raises the count of a repeated Event.
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* Combinations of values that render but cannot work. */}}
+{{- define "pso.validate" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: without a Lease every replica would reconcile every Stack" -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes that Service" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,1 @@
+"""Tests of charts/pulumi-stack-operator: lint, renders against manifests/, dry runs, installs."""
