@@ -20,6 +20,9 @@ kills it), then the git daemon, then the control plane, and exits 0.
 With ``--until-ready`` it exits 0 once the sample Stack is Ready, or 1 with the Stack's
 status after ``--timeout`` seconds: the test suite runs it that way so that it cannot rot.
 Operator flags go after ``--``: ``make dev ARGS="-- --workers=4"``.
+
+``--node`` (``hack/dev_node.py``) runs the operator's image instead, deployed from
+``manifests/default`` onto a real single-node cluster (root only).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import yaml
 
@@ -92,7 +95,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--timeout",
         type=float,
         default=300,
-        help="seconds from start until the sample Stack must be Ready (default: 300)",
+        help="seconds from start (with --node: from when the image is ready) until the sample "
+        "Stack must be Ready (default: 300)",
+    )
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="run the operator's image on a real single-node cluster (root; see hack/dev_node.py)",
     )
     parser.add_argument(
         "--state-dir",
@@ -288,6 +297,11 @@ class DevCluster:
             msg = f"the operator exited with {proc.returncode} ({self.operator.log}):\n{tail}"
             raise DevError(msg)
 
+    @property
+    def log_hint(self) -> str:
+        """Where the operator's log is."""
+        return str(self.operator.log)
+
     def bin_dir(self) -> Path:
         """A directory holding (a link to) the test kubectl, for the developer's PATH."""
         bin_dir = self.state / "bin"
@@ -358,7 +372,26 @@ The operator is starting. In another terminal:
 # -- waiting ----------------------------------------------------------------------------
 
 
-def wait_ready(dev: DevCluster, deadline: float) -> bool:
+class Watched(Protocol):
+    """What the waits need of a run: the local one (DevCluster) or the node's (dev_node)."""
+
+    following: bool  # the operator's log is echoed to stdout
+
+    @property
+    def log_hint(self) -> str:
+        """Where the operator's log is."""
+
+    def stack(self) -> dict[str, Any]:
+        """The sample Stack as the API serves it."""
+
+    def check_operator(self) -> None:
+        """Raise DevError if the operator has failed for good."""
+
+    def echo_log(self) -> None:
+        """Copy the operator's new log lines to stdout."""
+
+
+def wait_ready(dev: Watched, deadline: float) -> bool:
     """Poll the sample Stack until Ready (True) or ``deadline`` (False)."""
     while time.monotonic() < deadline:
         dev.check_operator()
@@ -368,7 +401,7 @@ def wait_ready(dev: DevCluster, deadline: float) -> bool:
     return False
 
 
-def follow(dev: DevCluster, started: float, timeout: float) -> NoReturn:
+def follow(dev: Watched, started: float, timeout: float) -> NoReturn:
     """Echo the operator's log and report readiness, until interrupted."""
     dev.following, reported = True, False
     while True:
@@ -383,19 +416,23 @@ def follow(dev: DevCluster, started: float, timeout: float) -> NoReturn:
         time.sleep(0.5)
 
 
-def until_ready(dev: DevCluster, started: float, timeout: float) -> int:
+def until_ready(dev: Watched, started: float, timeout: float) -> int:
     """Wait for the sample Stack: 0 once Ready, 1 (its status printed) after ``timeout``."""
     if wait_ready(dev, started + timeout):
         say(f"Stack {NAMESPACE}/{STACK} is Ready ({time.monotonic() - started:.0f}s)")
         return 0
     status = json.dumps(dev.stack().get("status"), indent=1)
     say(f"Stack {NAMESPACE}/{STACK} is not Ready after {timeout:.0f}s:\n{status}")
-    say(f"operator log: {dev.operator.log}")
+    say(f"operator log: {dev.log_hint}")
     return 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Start, then wait for Ready (``--until-ready``) or follow the log; always stop."""
+    if args.node:
+        from hack import dev_node  # noqa: PLC0415 - it imports this module
+
+        return dev_node.run(args)
     started = time.monotonic()
     kube, pulumi_bin = binaries()
     with claimed(args.state_dir):
@@ -423,4 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``hack.dev``, the module hack/dev_node.py imports, so that both share one
+    # DevError (a script's ``__main__`` would be a second copy of this module).
+    from hack import dev  # noqa: PLW0406 - see above
+
+    sys.exit(dev.main())

@@ -2,12 +2,15 @@
 
 Each test runs the script as a developer would, in a state directory of its own, and
 afterwards looks in /proc for any process (etcd, kube-apiserver, git daemon, the operator,
-the Pulumi CLI) whose command line or working directory is inside that directory.
+the Pulumi CLI) whose command line or working directory is inside that directory. The
+``--node`` test (the image on a real node) also looks for the node's network namespace and
+for mounts inside the state directory.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from testbed.image import INSTALL_HINT, missing_tools
+from tests.node.cluster import node_binaries_or_skip
 
 pytestmark = pytest.mark.e2e
 
@@ -115,4 +121,41 @@ def test_ctrl_c_mid_update_stops_everything(tmp_path: Path) -> None:
     assert status in (0, 130)
     assert "[dev] stopping the operator" in output
     assert "[dev] stopped" in output
+    assert_nothing_left(state)
+
+
+@pytest.mark.node
+@pytest.mark.image
+@pytest.mark.timeout(1500)  # a cold image build takes minutes before --timeout starts
+def test_node_mode_gets_the_sample_ready_in_a_pod_and_leaves_nothing(tmp_path: Path) -> None:
+    """--node --until-ready: the image on a real node runs the sample, then all is torn down."""
+    node_binaries_or_skip()
+    if missing := missing_tools():
+        pytest.skip(f"--node builds the image, which needs {', '.join(missing)}: {INSTALL_HINT}")
+    state = tmp_path / "dev-node"
+    started = time.monotonic()
+    proc = subprocess.run(
+        dev(state, "--node", "--until-ready", "--timeout=300"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1400,
+    )
+    print(f"{proc.stdout}{proc.stderr}\ntook {time.monotonic() - started:.1f}s")  # noqa: T201
+    assert proc.returncode == 0
+    assert "Stack default/sample is Ready" in proc.stdout
+    assert f"export KUBECONFIG={state / 'cluster'}" in proc.stdout
+    assert "kubectl logs -f deploy/pulumi-stack-operator" in proc.stdout
+    assert re.search(r"curl -s http://10\.215\.\d+\.\d+:8080/metrics", proc.stdout)
+    # The program ran in the pod (as uid 65532) and wrote through the /state volume.
+    output = state / "volume" / "sample-output" / "hello.txt"
+    assert output.read_text() == "hello from make dev\n"
+    assert output.stat().st_uid == 65532
+    assert list((state / "logs").glob("operator-*.log")), "the pod's log was kept"
+    node = re.search(r"pso-node-([0-9a-f]+)", proc.stdout)
+    assert node, "the node's name was printed"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    assert f"pso-{node[1]}" not in netns.stdout.split()
+    assert str(state) not in Path("/proc/self/mountinfo").read_text()
     assert_nothing_left(state)
