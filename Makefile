@@ -23,9 +23,16 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test and lint tools.
 
 .PHONY: test-assets
-test-assets: ## Find or build etcd, kube-apiserver, kubectl and the Pulumi CLI (cached).
-	hack/test-assets
+test-assets: ## Find or build the test binaries and helm (cached); as root, the node's and image's tools.
+	hack/test-assets --with helm
 	hack/install-prometheus
+	hack/install-image-tools
+	hack/install-node
+
+.PHONY: image
+image: ## Build the operator's image with podman (docker if an engine runs); no registry needed.
+	hack/install-image-tools
+	hack/build-image $(IMAGE_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff check, ruff format --check, mypy --strict, hadolint.

@@ -22,6 +22,10 @@ from testbed.git_server import GitServer
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from testbed.pulumi_env import PulumiEnv
 
+# Suite-wide session fixtures that live beside their tests: the operator's image and the
+# single-node cluster, each started once and shared by every directory that needs them.
+pytest_plugins = ("tests.image.fixtures", "tests.node.cluster")
+
 PROGRAMS = Path(__file__).parents[1] / "testbed" / "programs"
 STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"
 
