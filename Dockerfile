@@ -99,18 +99,17 @@ ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
     PULUMI_SKIP_UPDATE_CHECK=true \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
-WORKDIR /var/lib/pulumi-stack-operator
-USER 65532:65532
-# /metrics and /healthz, /readyz. The flags default to loopback; in a container pass
-# --metrics-bind-address=:8080 --health-probe-bind-address=:8081 (the manifests do).
-EXPOSE 8080 8081
-ENTRYPOINT ["/usr/bin/tini", "--", "pulumi-stack-operator"]
-# Last, so that a new revision changes only this step (build arguments are part of the
-# cache key of every later RUN).
+# Near the end, so that a new revision rebuilds only the steps below. buildah (podman)
+# keys the cache of a LABEL or ENV step on its text, not on the build arguments it
+# expands, so a LABEL alone would keep a previous build's revision; a RUN's cache key
+# holds the arguments, so this one writes them down and every later step is rebuilt.
 ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG PULUMI_VERSION
+RUN printf 'VERSION=%s\nREVISION=%s\nPULUMI_VERSION=%s\nBASE=%s\n' \
+        "${VERSION}" "${REVISION}" "${PULUMI_VERSION}" "${PYTHON_IMAGE}" \
+        > /etc/pulumi-stack-operator-release
 LABEL org.opencontainers.image.title="pulumi-stack-operator" \
       org.opencontainers.image.description="Reconciles pulumi.com/v1 Stacks through the Pulumi Automation API" \
       org.opencontainers.image.licenses="Apache-2.0" \
@@ -118,3 +117,9 @@ LABEL org.opencontainers.image.title="pulumi-stack-operator" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}" \
       com.pulumi.cli.version="${PULUMI_VERSION}"
+WORKDIR /var/lib/pulumi-stack-operator
+USER 65532:65532
+# /metrics and /healthz, /readyz. The flags default to loopback; in a container pass
+# --metrics-bind-address=:8080 --health-probe-bind-address=:8081 (the manifests do).
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/bin/tini", "--", "pulumi-stack-operator"]

@@ -20,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-cache", action="store_true", help="rebuild every step (the base images stay)"
     )
     parser.add_argument("--print-ref", action="store_true", help="print only the image's ref")
+    parser.add_argument("--revision", help="the revision label (default: git rev-parse HEAD)")
     parser.add_argument("--pulumi-url", help="the Pulumi release archive (default: the test bed's)")
     parser.add_argument("--pulumi-checksums-url", help="its checksums file (with --pulumi-url)")
     args = parser.parse_args(argv)
@@ -31,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_cache=args.no_cache,
             pulumi_url=args.pulumi_url,
             pulumi_checksums_url=args.pulumi_checksums_url,
+            revision=args.revision,
         )
     except ImageError as err:
         sys.stderr.write(f"hack/build-image: {err}\n")

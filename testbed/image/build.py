@@ -87,12 +87,15 @@ def build_image(
     no_cache: bool = False,
     pulumi_url: str | None = None,
     pulumi_checksums_url: str | None = None,
+    revision: str | None = None,
     repo: Path = REPO,
 ) -> BuiltImage:
     """Build (or find, by its content's tag) the operator's image; also tag it ``tag``.
 
     Without ``pulumi_url``/``pulumi_checksums_url`` the test bed's Pulumi CLI is served
     on loopback as the release archive. ``no_cache`` rebuilds every step (the bases stay).
+    ``revision`` (default: ``repo``'s git HEAD) is the revision label; it is part of the
+    content tag, so two revisions of the same tree are two images.
     Raises ImageError when a tool is missing or a step fails.
     """
     started = time.monotonic()
@@ -100,7 +103,7 @@ def build_image(
     with locked():
         base_ref = base.ensure_base(engine)
         builder_ref = base.ensure_builder_base(engine, base_ref)
-        args = _build_args(repo, base_ref, builder_ref)
+        args = _build_args(repo, base_ref, builder_ref, revision or _revision(repo))
         if pulumi_url and pulumi_checksums_url:
             args |= {"PULUMI_URL": pulumi_url, "PULUMI_CHECKSUMS_URL": pulumi_checksums_url}
             built = _build(engine, repo, args, pulumi_url, no_cache=no_cache)
@@ -119,14 +122,14 @@ def build_image(
     return dataclasses.replace(built, seconds=time.monotonic() - started)
 
 
-def _build_args(repo: Path, base_ref: str, builder_ref: str) -> dict[str, str]:
+def _build_args(repo: Path, base_ref: str, builder_ref: str, revision: str) -> dict[str, str]:
     project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
     return {
         "PYTHON_IMAGE": base_ref,
         "BUILDER_IMAGE": builder_ref,
         "PULUMI_ARCH": release.arch(),
         "VERSION": str(project["version"]),
-        "REVISION": _revision(repo),
+        "REVISION": revision,
     }
 
 
@@ -190,14 +193,17 @@ def _engine_flags(engine: Engine) -> list[str]:
 
 
 def save_archive(image: BuiltImage) -> Path:
-    """A docker-archive of ``image`` in the cache (made once per image id); its path.
+    """A docker-archive of ``image`` in the cache (made once per ref and id); its path.
 
     ``ctr -n k8s.io images import <path>`` loads it into containerd under ``image.ref``.
-    The newest few archives are kept, older ones removed.
+    The archive holds the ref it was saved under, so it is keyed by the ref's tag as well
+    as the id: one image id may carry several refs. The newest few archives are kept,
+    older ones removed.
     """
     engine = find_engine()
     directory = image_cache() / "archives"
-    archive = directory / f"{image.id.removeprefix('sha256:')[:16]}.tar"
+    tag = image.ref.rpartition(":")[2]
+    archive = directory / f"{tag}-{image.id.removeprefix('sha256:')[:16]}.tar"
     with locked():
         if archive.is_file():
             return archive

@@ -8,6 +8,7 @@ is the one that failed while the venv had no pip: the Python language host runs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from testbed.assets import PULUMI_VERSION
-from testbed.image import BuiltImage, Engine, save_archive
+from testbed.image import BuiltImage, Engine, build_image, save_archive
 from tests.image.container import UID, WORK_DIR, run_image
 
 pytestmark = [pytest.mark.image]
@@ -100,22 +101,68 @@ def test_python_program_runs_in_the_image(
     assert "pulumi" in {package["name"] for package in json.loads(listed)}
 
 
+def labels(engine: Engine, image: BuiltImage) -> dict[str, str]:
+    """The image's labels, as the engine reports them."""
+    found = engine.run("image", "inspect", "--format", "{{json .Config.Labels}}", image.ref)
+    return dict(json.loads(found.stdout))
+
+
+def release_file(engine: Engine, image: BuiltImage, tmp_path: Path) -> dict[str, str]:
+    """``/etc/pulumi-stack-operator-release`` in the image, as a dict."""
+    out = ok(
+        run_image(engine, image, tmp_path, "/etc/pulumi-stack-operator-release", entrypoint="cat")
+    )
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
 def test_labels_name_the_base_version_and_cli(
-    image_engine: Engine, operator_image: BuiltImage
+    image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
 ) -> None:
     """The OCI labels: the real base, the project's version, the revision, the CLI version."""
-    found = image_engine.run(
-        "image", "inspect", "--format", "{{json .Config.Labels}}", operator_image.ref
-    )
-    labels = json.loads(found.stdout)
+    found = labels(image_engine, operator_image)
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert labels["org.opencontainers.image.base.name"] == operator_image.base
-    assert labels["org.opencontainers.image.version"] == version
-    assert labels["org.opencontainers.image.revision"] == head
-    assert labels["com.pulumi.cli.version"] == PULUMI_VERSION
+    assert found["org.opencontainers.image.base.name"] == operator_image.base
+    assert found["org.opencontainers.image.version"] == version
+    assert found["org.opencontainers.image.revision"] == head
+    assert found["com.pulumi.cli.version"] == PULUMI_VERSION
+    assert release_file(image_engine, operator_image, tmp_path) == {
+        "VERSION": version,
+        "REVISION": head,
+        "PULUMI_VERSION": PULUMI_VERSION,
+        "BASE": operator_image.base,
+    }
+
+
+@pytest.fixture
+def other_revision(image_engine: Engine, operator_image: BuiltImage) -> Iterator[BuiltImage]:
+    """The session's tree built again as another revision; removed afterwards.
+
+    As after a commit that changed nothing the image copies.
+    """
+    del operator_image  # built first, so that this build finds every layer cached
+    image = build_image(revision="0" * 40)
+    try:
+        yield image
+    finally:
+        image_engine.run("rmi", image.ref, check=False)
+
+
+def test_another_revision_of_the_same_tree_is_an_image_of_its_own(
+    image_engine: Engine, operator_image: BuiltImage, other_revision: BuiltImage, tmp_path: Path
+) -> None:
+    """Its own tag, id, revision label and release file, not the cached build's.
+
+    buildah's layer cache keys a LABEL step on its text, not on the build arguments it
+    expands: without a RUN that uses them, this build returned the first one's image,
+    revision label and all.
+    """
+    assert other_revision.ref != operator_image.ref
+    assert other_revision.id != operator_image.id
+    assert labels(image_engine, other_revision)["org.opencontainers.image.revision"] == "0" * 40
+    assert release_file(image_engine, other_revision, tmp_path)["REVISION"] == "0" * 40
 
 
 def test_pulumi_cli_is_the_test_beds_version(
@@ -165,13 +212,38 @@ def containerd(tmp_path: Path) -> Iterator[Path]:
         assert str(root) not in Path("/proc/self/mounts").read_text()
 
 
-def test_archive_imports_into_containerd(operator_image: BuiltImage, containerd: Path) -> None:
-    """``save_archive`` gives an archive ``ctr images import`` loads under the image's ref."""
+@pytest.fixture
+def alias(image_engine: Engine, operator_image: BuiltImage) -> Iterator[BuiltImage]:
+    """The session's image under a second ref (one image id, two names); untagged after."""
+    image = dataclasses.replace(operator_image, ref=f"{operator_image.ref}-alias")
+    image_engine.run("tag", operator_image.ref, image.ref)
+    try:
+        yield image
+    finally:
+        image_engine.run("rmi", image.ref, check=False)  # untags: the id keeps the first ref
+
+
+def test_archive_imports_into_containerd(
+    operator_image: BuiltImage, alias: BuiltImage, containerd: Path
+) -> None:
+    """``save_archive`` gives an archive ``ctr images import`` loads under the image's ref.
+
+    Also for a second ref of the same image id: an archive is saved per ref, since it
+    names the ref it was saved under (one keyed by id alone gave the other ref's name).
+    """
     archive = save_archive(operator_image)
-    assert save_archive(operator_image) == archive  # cached by image id
+    assert save_archive(operator_image) == archive  # cached by ref and id
+    assert save_archive(alias) != archive
     ctr = ["ctr", "--address", str(containerd), "--namespace", "k8s.io"]
-    subprocess.run([*ctr, "images", "import", str(archive)], check=True, timeout=300)
-    listed = subprocess.run(
-        [*ctr, "images", "ls", "--quiet"], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert operator_image.ref in listed.stdout.split()
+    for image in (operator_image, alias):
+        subprocess.run(
+            [*ctr, "images", "import", str(save_archive(image))], check=True, timeout=300
+        )
+        listed = subprocess.run(
+            [*ctr, "images", "ls", "--quiet"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert image.ref in listed.stdout.split()
