@@ -54,6 +54,7 @@ from testbed.image import (
 )
 from testbed.node import NodeBinaries, NodeCluster, deployment, missing_host_tools
 from testbed.node.deployment import UID
+from testbed.process import ProcessError
 
 MOUNT = Path("/state")  # where the pod sees volume/
 # Waiting reasons of the operator's container that only a change of ours would cure.
@@ -253,10 +254,9 @@ class NodeDev:
         say("importing the image into the node's containerd")
         started = time.monotonic()
         try:
-            archive = save_archive(self.image)
-        except ImageError as err:
+            self.cluster.load_image(save_archive(self.image), self.image.ref)
+        except (ImageError, ProcessError) as err:
             raise DevError(str(err)) from err
-        self.cluster.load_image(archive)
         say(f"imported in {time.monotonic() - started:.0f}s")
 
     def _deploy(self) -> None:

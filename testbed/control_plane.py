@@ -159,14 +159,20 @@ class ControlPlane:
         self._write_kubeconfig(path, pair.cert_pem, pair.key_pem)
         return path
 
-    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run kubectl against this control plane."""
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane; ``timeout`` bounds the process (seconds).
+
+        A command that waits (``rollout status``, ``wait``) needs ``timeout`` longer than
+        its own ``--timeout``, or its answer is cut off before kubectl gives it.
+        """
         return subprocess.run(
             [str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
             capture_output=True,
             text=True,
             check=check,
-            timeout=120,
+            timeout=timeout,
         )
 
     # -- internals ------------------------------------------------------------------

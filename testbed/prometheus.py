@@ -6,6 +6,7 @@ target arrives about 6 s after start: ``wait_for`` polls a query instead of slee
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import subprocess
@@ -119,6 +120,37 @@ class Prometheus:
             if result or time.monotonic() > deadline:
                 return result
             time.sleep(0.5)
+
+    def alerting_rule(self, name: str) -> dict[str, Any]:
+        """The alerting rule ``name`` as the rules API reports it: its state, last evaluation."""
+        url = f"{self.url}/api/v1/rules?type=alert"
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+            body = json.load(response)
+        assert body["status"] == "success", body
+        for group in body["data"]["groups"]:
+            for rule in group["rules"]:
+                if rule["name"] == name:
+                    found: dict[str, Any] = rule
+                    return found
+        msg = f"Prometheus has no alerting rule {name}"
+        raise AssertionError(msg)
+
+    def evaluated_after(self, name: str, moment: float, timeout: float = 30) -> dict[str, Any]:
+        """Poll until the alerting rule ``name`` was evaluated after ``moment``; returns it.
+
+        ``moment`` is a ``time.time()`` reading. An evaluation that started after it saw
+        every sample a query had returned before it: its ``state`` judges that data.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            rule = self.alerting_rule(name)
+            evaluated = datetime.datetime.fromisoformat(rule["lastEvaluation"]).timestamp()
+            if evaluated > moment:
+                return rule
+            if time.monotonic() > deadline:
+                msg = f"{name} was not evaluated within {timeout:.0f}s (last: {evaluated})"
+                raise AssertionError(msg)
+            time.sleep(0.2)
 
 
 def _status(url: str) -> int:

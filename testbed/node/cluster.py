@@ -177,17 +177,28 @@ class NodeCluster:
         """Every log of the cluster (host processes and the node's daemons)."""
         return sorted(self.logs.glob("*.log")) + sorted((self.root / "node" / "logs").glob("*.log"))
 
-    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run kubectl as admin."""
-        return self.control_plane.kubectl(*args, check=check)
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl as admin (``ControlPlane.kubectl``)."""
+        return self.control_plane.kubectl(*args, check=check, timeout=timeout)
 
     def api_client(self) -> client.ApiClient:
         """A new admin API client."""
         return self.control_plane.api_client()
 
-    def load_image(self, archive: Path) -> None:
-        """Import an image archive (OCI or docker-archive) into the node's containerd."""
+    def load_image(self, archive: Path, ref: str) -> None:
+        """Import an image archive (OCI or docker-archive) that holds ``ref`` into containerd.
+
+        Raises:
+            ProcessError: ``ctr`` failed, or the archive did not give containerd ``ref``
+                (pods naming it would only wait in ``ErrImageNeverPull``).
+        """
         self._ctr("images", "import", str(archive))
+        listed = self._ctr("images", "ls", "--quiet").split()
+        if ref not in listed:
+            msg = f"{archive} did not give containerd the image {ref} (it has: {listed})"
+            raise ProcessError(msg)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -322,7 +333,7 @@ class NodeCluster:
             {"pause": self.binaries.node_dir / "pause"},
             ["/pause"],
         )
-        self.load_image(pause)
+        self.load_image(pause, config.SANDBOX_IMAGE)
         layout.path("go").touch()  # the supervisor starts kubelet and kube-proxy now
 
     def _write_node_files(self, layout: NodeLayout) -> Path:

@@ -121,7 +121,13 @@ def deploy(cluster: NodeCluster, overlay: Path, timeout: int = 240) -> None:
 def rollout(cluster: NodeCluster, timeout: int = 240) -> None:
     """Wait for the Deployment's rollout (``kubectl rollout status``)."""
     cluster.kubectl(
-        "rollout", "status", f"deployment/{NAME}", "-n", NAMESPACE, f"--timeout={timeout}s"
+        "rollout",
+        "status",
+        f"deployment/{NAME}",
+        "-n",
+        NAMESPACE,
+        f"--timeout={timeout}s",
+        timeout=timeout + 30,
     )
 
 

@@ -60,7 +60,9 @@ def restricted_namespace(node_cluster: NodeCluster) -> Iterator[str]:
     try:
         yield name
     finally:
-        node_cluster.kubectl("delete", "namespace", name, "--wait=true", "--timeout=180s")
+        node_cluster.kubectl(
+            "delete", "namespace", name, "--wait=true", "--timeout=180s", timeout=210
+        )
 
 
 def operator_pods(cluster: NodeCluster, namespace: str) -> list[dict[str, Any]]:
@@ -105,7 +107,7 @@ def test_helm_install_wait_runs_the_operator_and_uninstall_removes_it(
     """Installed with --wait: available, Lease taken, /metrics served; uninstalled: gone."""
     namespace = restricted_namespace
     started = time.monotonic()
-    node_cluster.load_image(save_archive(operator_image))
+    node_cluster.load_image(save_archive(operator_image), operator_image.ref)
     print(f"image loaded in {time.monotonic() - started:.1f}s")  # noqa: T201
     repository, _, tag = operator_image.ref.rpartition(":")
     values = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}

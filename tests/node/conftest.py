@@ -24,5 +24,5 @@ from tests.node.fixtures import (  # noqa: F401 - fixtures of the operator-on-th
 def http_server_image(node_cluster: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The test-server image (``testbed/node/testserver``), imported into the node."""
     archive = http_server_archive(tmp_path_factory.mktemp("images") / "test-server.tar")
-    node_cluster.load_image(archive)
+    node_cluster.load_image(archive, HTTP_SERVER_IMAGE)
     return HTTP_SERVER_IMAGE

@@ -31,7 +31,7 @@ STACK_ARGS = ("--resync-period=2", "--update-retry-base=1", "--shutdown-timeout=
 @pytest.fixture(scope="session")
 def image_ref(node_cluster: Any, operator_image: Any) -> str:
     """The operator's image, imported into the node's containerd."""
-    node_cluster.load_image(save_archive(operator_image))
+    node_cluster.load_image(save_archive(operator_image), operator_image.ref)
     return str(operator_image.ref)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.e2e]
 
 RULES = deployment.REPO / "manifests" / "prometheus" / "rules" / "prometheus_rule.yaml"
 JOB = "pulumi-stack-operator"
+DOWN = "PulumiStackOperatorDown"
 
 
 def rule_file(directory: Path) -> Path:
@@ -125,9 +127,14 @@ def test_prometheus_scrapes_the_pod_and_a_stalled_stack_fires_its_alert(
     tenant.wait_reason("stuck", "Stalled", "InvalidSpec", timeout=120)
     [pod] = deployment.ready_pods(node_cluster)
     wait_for(lambda: bool(service_targets(node_cluster)), "the Service's ready endpoint", 60)
+    # Nothing scraped yet: the operator-down alert fires (its rule works)...
+    assert prometheus.wait_for(f'ALERTS{{alertname="{DOWN}", alertstate="firing"}}', timeout=60)
     (tmp_path / "targets.json").write_text(json.dumps(service_targets(node_cluster)))
     up = prometheus.wait_for(f'up{{job="{JOB}"}} == 1', timeout=60)
+    scraped = time.time()
     assert [s["metric"]["pod"] for s in up] == [pod["metadata"]["name"]]
+    # ... and the first evaluation that sees the scrape resolves it.
+    assert prometheus.evaluated_after(DOWN, scraped)["state"] == "inactive"
 
     wait_for(
         lambda: scraped_states(prometheus, tenant.namespace) == api_states(tenant.listing()),
@@ -140,4 +147,3 @@ def test_prometheus_scrapes_the_pod_and_a_stalled_stack_fires_its_alert(
         timeout=60,
     )
     assert firing, "PulumiStackStalled did not fire for the Stalled Stack"
-    assert not prometheus.query('ALERTS{alertname="PulumiStackOperatorDown"}')
