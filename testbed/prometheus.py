@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.process import Process, free_port
+from testbed.waits import wait_for
 
 INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus"
 
@@ -141,16 +142,13 @@ class Prometheus:
         ``moment`` is a ``time.time()`` reading. An evaluation that started after it saw
         every sample a query had returned before it: its ``state`` judges that data.
         """
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def evaluated() -> dict[str, Any] | None:
             rule = self.alerting_rule(name)
-            evaluated = datetime.datetime.fromisoformat(rule["lastEvaluation"]).timestamp()
-            if evaluated > moment:
-                return rule
-            if time.monotonic() > deadline:
-                msg = f"{name} was not evaluated within {timeout:.0f}s (last: {evaluated})"
-                raise AssertionError(msg)
-            time.sleep(0.2)
+            last = datetime.datetime.fromisoformat(rule["lastEvaluation"]).timestamp()
+            return rule if last > moment else None
+
+        return wait_for(evaluated, f"an evaluation of {name}", timeout, interval=0.2)
 
 
 def _status(url: str) -> int:

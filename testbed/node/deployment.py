@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,16 +180,6 @@ def logs(cluster: NodeCluster) -> str:
             proc = cluster.kubectl("logs", "-n", NAMESPACE, name, previous, check=False)
             text.append(proc.stdout)
     return "\n".join(text)
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float) -> None:
-    """Poll ``check`` every 0.5 s until it is true; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            msg = f"timed out after {timeout:.0f}s waiting for {what}"
-            raise AssertionError(msg)
-        time.sleep(0.5)
 
 
 def container_process(pod: dict[str, Any]) -> int:

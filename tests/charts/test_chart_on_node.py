@@ -14,7 +14,7 @@ import json
 import secrets
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pytest
 from testbed.helm import Helm
 from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeCluster
+from testbed.waits import wait_for
 from tests.charts.conftest import CHART
 
 pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.helm]
@@ -31,14 +32,6 @@ RELEASE = "helm-e2e"  # not the kustomize install's names, should both share a c
 FULLNAME = f"{RELEASE}-pulumi-stack-operator"
 LEASE = "pulumi-stack-operator"  # the operator's default --leader-election-id
 INSTALL_TIMEOUT = 300.0
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float) -> None:
-    """Poll ``check`` every 0.5 s; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s: {what}"
-        time.sleep(0.5)
 
 
 def get(cluster: NodeCluster, *args: str) -> dict[str, Any]:

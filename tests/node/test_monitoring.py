@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from testbed.node import deployment
-from testbed.node.deployment import NAMESPACE, SERVICE, wait_for
+from testbed.node.deployment import NAMESPACE, SERVICE
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
+from testbed.waits import wait_for
 from tests.e2e.agreement import api_states
 from tests.e2e.conftest import Program, Stacks
 

@@ -16,7 +16,8 @@ import pytest
 
 from testbed.git_server import GitServer
 from testbed.node import deployment
-from testbed.node.deployment import NAMESPACE, UID, wait_for
+from testbed.node.deployment import NAMESPACE, UID
+from testbed.waits import wait_for
 from tests.e2e.conftest import Program, Sentinels, Stacks, find, is_ready
 from tests.e2e.waits import wait_mid_step
 
