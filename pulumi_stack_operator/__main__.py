@@ -13,8 +13,17 @@ from pulumi_stack_operator.config import parse_config
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags (exit 2 on bad input), configure logging, run the operator."""
-    cfg = parse_config(sys.argv[1:] if argv is None else argv)
+    """Parse flags (exit 2 on bad input), configure logging, run the operator.
+
+    ``agent`` as the first argument runs a run pod's agent instead (no other arguments).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["agent"]:
+        configure_logging("json", "info")
+        from pulumi_stack_operator import agent  # noqa: PLC0415
+
+        return agent.main()
+    cfg = parse_config(args)
     configure_logging(cfg.manager.log_format, cfg.manager.log_level)
     # No *_created series: they double the exposition, client-go's metrics have none, and
     # dashboards built for controller-runtime do not expect them.

@@ -18,8 +18,9 @@ from controller.config import Application, Config, parse, positive
 from controller.config import build_parser as build_manager_parser
 
 ENV_PREFIX = "PSO_"
-RUNNERS = ("local",)
-"""``--runner`` choices. ``local``: the Pulumi CLI runs in the operator's own container."""
+RUNNERS = ("local", "pod")
+"""``--runner`` choices. ``local``: the Pulumi CLI runs in the operator's own container;
+``pod``: each run is a pod in the Stack's namespace, as the Stack's ServiceAccount."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,8 @@ class OperatorConfig:
     manager: Config
     runner: str
     """Which runner runs Pulumi operations; one of ``RUNNERS``."""
+    run_image: str | None
+    """The run pods' image (``pod`` runner); None: the operator's own pod's image."""
     run_timeout: float
     """Seconds one Pulumi run may take before it is interrupted (default 7200).
 
@@ -48,7 +51,16 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         choices=RUNNERS,
         default="local",
         help="how Pulumi programs run: local runs the Pulumi CLI as a child process of the "
-        "operator, in its container, with its Python interpreter (default: local)",
+        "operator, in its container, with its Python interpreter; pod runs each operation "
+        "in a pod of its own in the Stack's namespace, as the Stack's spec.serviceAccountName "
+        "(default: local)",
+    )
+    add(
+        "--run-image",
+        default=None,
+        help="image of the run pods (--runner=pod) unless a Stack's workspaceTemplate names "
+        "one (default: the image of the operator's own pod, read from the API server "
+        "through POD_NAME and POD_NAMESPACE)",
     )
     add(
         "--run-timeout",
@@ -109,6 +121,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     return OperatorConfig(
         manager=parsed.config,
         runner=args.runner,
+        run_image=args.run_image,
         run_timeout=args.run_timeout,
         work_dir=args.work_dir,
         default_backend=args.default_backend,

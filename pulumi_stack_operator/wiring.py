@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from kubernetes import client
 from pulumi import automation as auto
 
 from controller.clock import RealClock
@@ -24,10 +25,10 @@ from reconcile.acknowledge import Acknowledger
 from reconcile.collaborators import Collaborators, GitSource, StackPatcher
 from reconcile.policy import Policy
 from reconcile.refs import SecretReader
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, Runner
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, Runner
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
-from status.metrics import MetricsHandler, StackMetrics
+from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
 from status.writer import StatusWriter
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
@@ -53,13 +54,44 @@ def pulumi_command() -> auto.PulumiCommand:
     return command
 
 
-def local_runner(plugin_store: Path) -> Runner:
+def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
     """The ``local`` runner: the Pulumi CLI on PATH, run by this process."""
+    del context, cfg
     return LocalRunner(pulumi_command(), plugin_store)
 
 
-RUNNERS: Mapping[str, Callable[[Path], Runner]] = {"local": local_runner}
-"""Each ``--runner`` choice's factory, given the shared plugin store."""
+def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
+    """The ``pod`` runner: run pods of ``--run-image``, else of the operator's own image."""
+    del plugin_store
+    image = cfg.run_image or own_image(context.api_client, os.environ)
+    metrics = RunPodMetrics(context.registry)
+    return PodRunner(context.api_client, image, metrics=metrics)
+
+
+def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:
+    """The image of this operator's own container (``POD_NAME``/``POD_NAMESPACE``).
+
+    Raises ``ValueError`` when the variables are unset or the pod has no such container:
+    ``--runner=pod`` outside a pod needs ``--run-image``.
+    """
+    name, namespace = environ.get("POD_NAME"), environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        msg = "--runner=pod needs --run-image, or POD_NAME and POD_NAMESPACE to find its own"
+        raise ValueError(msg)
+    pod = client.CoreV1Api(api_client).read_namespaced_pod(name, namespace)
+    for container in pod.spec.containers if pod.spec else ():
+        if container.name == OWN_CONTAINER:
+            return str(container.image)
+    msg = f"pod {namespace}/{name} has no container named {OWN_CONTAINER}; set --run-image"
+    raise ValueError(msg)
+
+
+OWN_CONTAINER = "manager"
+RUNNERS: Mapping[str, Callable[[ManagerContext, OperatorConfig, Path], Runner]] = {
+    "local": local_runner,
+    "pod": pod_runner,
+}
+"""Each ``--runner`` choice's factory, given the manager's context, flags and plugin store."""
 
 
 def prepare_work_root(work_dir: str) -> tuple[Path, Path]:
@@ -90,10 +122,12 @@ def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> S
         # A deposed leader stops renewing at renew_deadline and kills its CLI at most
         # DEFAULT_INTERRUPT_GRACE later; we hold the Lease lease_duration after its last
         # renewal at the earliest.
-        takeover_delay=max(
-            0.0, manager.renew_deadline + DEFAULT_INTERRUPT_GRACE - manager.lease_duration
-        ),
+        # A run pod is not killed with its operator: nothing to wait for.
+        takeover_delay=0.0
+        if cfg.runner == "pod"
+        else max(0.0, manager.renew_deadline + DEFAULT_INTERRUPT_GRACE - manager.lease_duration),
         leading_since=context.leading_since,
+        remote_runs=cfg.runner == "pod",
         policy=Policy(
             retry_base_delay=cfg.update_retry_base, max_update_failures=cfg.max_update_failures
         ),
@@ -130,7 +164,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
     context.closers.extend((acknowledger.close, writer.close, recorder.close))
     context.liveness_checks.extend((acknowledger.alive, writer.alive, recorder.alive))
     parts = Collaborators(
-        runner=RUNNERS[cfg.runner](plugin_store),
+        runner=RUNNERS[cfg.runner](context, cfg, plugin_store),
         writer=writer,
         view=context.view,
         events=recorder,

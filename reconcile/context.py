@@ -40,6 +40,9 @@ class Settings:
     sole_runner: bool = False
     takeover_delay: float = 0.0
     leading_since: Callable[[], float | None] = lambda: None
+    # True when runs happen elsewhere (the pod runner): the request then carries a
+    # ``RunJob`` (references) instead of a checkout and secret values.
+    remote_runs: bool = False
 
     def stack_dir(self, key: ObjectKey) -> Path:
         """The Stack's own directory: its checkout (``source``) and ``PULUMI_HOME`` (``home``)."""

@@ -4,7 +4,9 @@ The runner watches one ``threading.Event`` and interrupts the CLI the way Ctrl-C
 it is set. ``RunStop`` gives each run an event of its own that follows the operator's stop
 event and also fires ``timeout`` seconds after the run began, so a program that never ends
 cannot hold a worker forever; ``timed_out`` then tells the two causes apart. The deadline
-is measured on a ``controller.clock.Clock`` (``now()``), so tests can move it.
+is measured on a ``controller.clock.Clock`` (``now()``), so tests can move it. The event is
+a ``StopSignal``: its ``cause`` tells a runner whose runs outlive the operator whether to
+leave the run going (``shutdown``) or to stop it (``deadline``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from types import TracebackType
 from typing import Self
 
 from controller.clock import Clock, RealClock
+from reconcile.runner import StopSignal
 
 POLL_SECONDS = 0.2  # how often the watcher looks at the operator's stop event
 
@@ -33,7 +36,7 @@ class RunStop:
 
         ``poll`` is how often, in real seconds, the watcher looks at both.
         """
-        self.event = threading.Event()
+        self.event = StopSignal()
         self.timed_out = False
         self._stop, self._timeout = stop, timeout
         self._clock, self._poll = clock or RealClock(), poll
@@ -59,9 +62,9 @@ class RunStop:
     def _watch(self) -> None:
         while not self._done.wait(self._poll):
             if self._stop.is_set():
-                self.event.set()
+                self.event.set_for("shutdown")
                 return
             if self._clock.now() >= self._deadline:
                 self.timed_out = True
-                self.event.set()
+                self.event.set_for("deadline")
                 return

@@ -14,7 +14,7 @@ import shutil
 import threading
 from collections.abc import Callable
 
-from controller.reconciler import Result
+from controller.reconciler import Result, TransientError
 from reconcile import verdict as verdicts
 from reconcile.collaborators import Collaborators
 from reconcile.context import Pass, Plan, Settings
@@ -25,6 +25,7 @@ from reconcile.prepare import Preparer
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
 from reconcile.run import observe_update
+from reconcile.runner import ErrorKind
 from reconcile.source import ProgramDirError, SourceError
 from reconcile.spec import SpecError, StackSpec, parse_spec
 
@@ -72,13 +73,16 @@ class Finalizer:
         self._effects.execute(at, verdicts.destroying(FINALIZER))
         try:
             plan = self._plan(at, spec)
-            request = self._preparer.request(at.key, plan)
+            request = self._preparer.request(at, plan)
         except (MissingSecretError, SourceError, ProgramDirError) as err:
             blocked = verdicts.deletion_blocked(f"cannot prepare destroy: {err}", FINALIZER)
             self._effects.execute(at, blocked)
             return
         attempt = Attempt(request, self._settings.timeout(spec))
         operated = self._operator.destroy(attempt, stop)
+        if operated.outcome.error is ErrorKind.DETACHED:  # its pod goes on; so does deletion
+            msg = "the operator is stopping; the destroy goes on in its run pod"
+            raise TransientError(msg)
         verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER)
         observe_update(self._parts, operated, verdict)
         self._effects.execute(at, verdict)

@@ -9,13 +9,17 @@ Secret values go only into the request; they are never logged.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 from controller.cache import ObjectKey
 from reconcile import backend as backends
 from reconcile.collaborators import SecretSource, Source
-from reconcile.context import Inputs, Plan, Settings
-from reconcile.runner import UpdateRequest
+from reconcile.context import Inputs, Pass, Plan, Settings
+from reconcile.runner import RunJob, SecretEnvNames, UpdateRequest
 from reconcile.source import GitCredentials
-from reconcile.spec import ResourceRef, StackSpec
+from reconcile.spec import GitAuth, ResourceRef, StackSpec
 
 
 class Preparer:
@@ -57,13 +61,19 @@ class Preparer:
             env["PULUMI_BACKEND_URL"] = backend
         return Inputs(env, secrets.resolve_all(spec.secrets_ref), backend)
 
-    def request(self, key: ObjectKey, plan: Plan) -> UpdateRequest:
+    def request(self, at: Pass, plan: Plan) -> UpdateRequest:
         """Check the source out and build the runner's request.
+
+        With ``settings.remote_runs`` nothing is checked out: the request carries a
+        ``RunJob`` (see ``job``) and no secret value.
 
         Raises:
             SourceError: the checkout failed.
             ProgramDirError: ``spec.repoDir`` is missing or leaves the checkout.
         """
+        key = at.key
+        if self._settings.remote_runs:
+            return self._remote_request(at, plan)
         spec, observed = plan.spec, plan.observed
         stack_dir = self._settings.stack_dir(key)
         source = stack_dir / "source"
@@ -72,10 +82,7 @@ class Preparer:
         local = backends.local_directory(plan.inputs.backend or "")
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
-        message = (
-            f"pulumi-stack-operator: {key} generation {observed.generation} "
-            f"commit {observed.commit[:12]}"
-        )
+        message = _message(key, plan)
         return UpdateRequest(
             work_dir=self._source.program_dir(source, spec.repo_dir),
             stack=spec.stack,
@@ -91,3 +98,95 @@ class Preparer:
             message=message,
             pulumi_home=stack_dir / "home",
         )
+
+    def _remote_request(self, at: Pass, plan: Plan) -> UpdateRequest:
+        """The request of a run elsewhere: the job, and no checkout or secret value."""
+        spec = plan.spec
+        return UpdateRequest(
+            work_dir=Path(WORKSPACE_SOURCE),
+            stack=spec.stack,
+            env={},
+            config=dict(spec.config),
+            secrets_provider=spec.secrets_provider,
+            refresh=spec.refresh,
+            expect_no_refresh_changes=spec.expect_no_refresh_changes,
+            preview=spec.preview,
+            targets=spec.targets,
+            use_local_stack_only=spec.use_local_stack_only,
+            message=_message(at.key, plan),
+            job=self.job(at, plan),
+        )
+
+    def job(self, at: Pass, plan: Plan) -> RunJob:
+        """The run pod's job for ``plan``: every Secret value as a variable the kubelet fills.
+
+        Literal refs go into the job as values (they are in the Stack's spec already).
+        """
+        spec, names = plan.spec, SecretEnvNames()
+
+        def ref(value: ResourceRef) -> dict[str, str]:
+            if value.secret is not None:
+                return {"env": names.name(value.secret.name, value.secret.key)}
+            return {"value": str(value.literal)}
+
+        env = {"PULUMI_BACKEND_URL": plan.inputs.backend} if plan.inputs.backend else {}
+        document = {
+            "repo": str(spec.project_repo),
+            "commit": plan.observed.commit,
+            "repoDir": spec.repo_dir,
+            "gitAuth": _git_auth(spec.git_auth, ref),
+            "stack": spec.stack,
+            "env": env,
+            "envRefs": {name: ref(value) for name, value in spec.env_refs.items()},
+            "config": dict(spec.config),
+            "secretConfig": {name: ref(value) for name, value in spec.secrets_ref.items()},
+            "secretsProvider": spec.secrets_provider,
+            "refresh": spec.refresh,
+            "expectNoRefreshChanges": spec.expect_no_refresh_changes,
+            "targets": list(spec.targets),
+            "useLocalStackOnly": spec.use_local_stack_only,
+            "message": _message(at.key, plan),
+        }
+        workspace = spec.workspace
+        return RunJob(
+            namespace=at.key.namespace,
+            stack_name=at.key.name,
+            stack_uid=str(at.obj["metadata"].get("uid") or ""),
+            generation=at.generation,
+            commit=plan.observed.commit,
+            service_account=spec.service_account_name,
+            document=json.dumps(document, sort_keys=True, separators=(",", ":")),
+            secret_env=names.variables(),
+            security_profile=workspace.security_profile,
+            image=workspace.image,
+            image_pull_policy=workspace.image_pull_policy,
+            overrides=workspace.pod_json,
+            timeout=self._settings.timeout(spec),
+        )
+
+
+WORKSPACE_SOURCE = "/workspace/source"
+
+
+def _message(key: ObjectKey, plan: Plan) -> str:
+    observed = plan.observed
+    return (
+        f"pulumi-stack-operator: {key} generation {observed.generation} "
+        f"commit {observed.commit[:12]}"
+    )
+
+
+def _git_auth(
+    auth: GitAuth | None, ref: Callable[[ResourceRef], dict[str, str]]
+) -> dict[str, dict[str, str]]:
+    """``GitCredentials`` field → ref of the winning gitAuth method."""
+    if auth is None:
+        return {}
+    fields = {
+        "token": auth.access_token,
+        "username": auth.username,
+        "password": auth.password,
+        "ssh_private_key": auth.ssh_private_key,
+        "ssh_passphrase": auth.ssh_password,
+    }
+    return {name: ref(value) for name, value in fields.items() if value is not None}

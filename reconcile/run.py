@@ -6,6 +6,8 @@
    until a deposed leader has surely stopped it (``takeover_delay`` after we took the Lease),
    then that run is concluded as ``Interrupted`` (an Event, ``lastUpdate``, ``history``)
    before it runs again: the status never passes a dead run off as the new one;
+   — unless the runner's runs outlive the operator (``remote_runs``: a run pod) and that
+   run still goes on or has ended: then it is attached to and its outcome concluded;
 2. ``Progressing`` and ``currentUpdate`` in one write, and an ``UpdateStarted`` Event;
 3. the checkout and the request: a source that fails, or a ``spec.repoDir`` that is not
    there, concludes the announced run at once (never a "Running pulumi up" left behind);
@@ -29,7 +31,7 @@ from reconcile.context import Pass, Plan, Settings
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operated, Operator
 from reconcile.prepare import Preparer
-from reconcile.runner import Progress
+from reconcile.runner import ErrorKind, Progress
 from reconcile.source import ProgramDirError, SourceError
 from status.conditions import Reason
 
@@ -52,17 +54,14 @@ class Runs:
         observed = plan.observed
         log.info("Run due", why=plan.decision.why, operation=plan.operation, commit=observed.commit)
         orphaned = self._orphaned(plan)
-        if orphaned and (wait := self._takeover_wait()) > 0:
-            log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
-            return Result(requeue_after=wait)
-        if orphaned:
-            self._conclude_orphaned(at, plan)
+        if orphaned and (resumed := self._resume_orphaned(at, plan, stop)) is not None:
+            return resumed
         started = self._parts.clock.wall()
         start = report.started(observed, plan.operation, self._settings.identity, started)
         verdict = verdicts.run_started(plan.operation, observed.commit, at.generation)
         self._effects.execute(at, verdict, also=start, now=started)
         try:
-            request = self._preparer.request(at.key, plan)
+            request = self._preparer.request(at, plan)
         except SourceError as err:
             if err.transient:
                 return self._effects.execute(at, verdicts.source_unreachable(str(err), say_so=True))
@@ -75,7 +74,42 @@ class Runs:
             operated = self._operator.run(attempt, progress, stop)
         finally:
             progress.close()
+        if operated.outcome.error is ErrorKind.DETACHED:  # the next instance attaches
+            return Result()
         return self._conclude(at, plan, operated)
+
+    def _resume_orphaned(self, at: Pass, plan: Plan, stop: threading.Event) -> Result | None:
+        """Wait for a deposed leader, attach to its run, or conclude it; None: run now."""
+        if (wait := self._takeover_wait()) > 0:
+            log.info("A deposed leader may still be stopping this update; waiting", seconds=wait)
+            return Result(requeue_after=wait)
+        if (attached := self._attach(at, plan, stop)) is not None:
+            return attached
+        self._conclude_orphaned(at, plan)
+        return None
+
+    def _attach(self, at: Pass, plan: Plan, stop: threading.Event) -> Result | None:
+        """Conclude the run a gone instance left, if it still goes on (a run pod).
+
+        None when the runner has no such run: the caller concludes it as interrupted.
+        """
+        if not self._settings.remote_runs:
+            return None
+        try:
+            request = self._preparer.request(at, plan)
+        except (SourceError, ProgramDirError):
+            return None
+        progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
+        try:
+            outcome = self._parts.runner.attach(request, on_progress=progress, stop=stop)
+        finally:
+            progress.close()
+        if outcome is None:
+            return None
+        log.info("Attached to the run a gone operator instance left", error=str(outcome.error))
+        if outcome.error is ErrorKind.DETACHED:
+            return Result()
+        return self._conclude(at, plan, Operated(outcome))
 
     def _conclude(self, at: Pass, plan: Plan, operated: Operated) -> Result:
         """Record the outcome and execute its verdict."""

@@ -63,6 +63,7 @@ EVENTS: Mapping[str, str] = {
             Reason.STACK_NOT_FOUND,
             Reason.RETRIES_EXHAUSTED,
             Reason.DELETION_BLOCKED,
+            Reason.RUNNER_FAILED,
         ),
         WARNING,
     ),
@@ -79,6 +80,7 @@ _KIND_REASONS = {
     ErrorKind.STACK_NOT_FOUND: Reason.STACK_NOT_FOUND,
     ErrorKind.PROGRAM_INVALID: Reason.PROGRAM_INVALID,
     ErrorKind.REFRESH_CHANGES: Reason.REFRESH_DRIFT,
+    ErrorKind.RUNNER_FAILED: Reason.RUNNER_FAILED,
 }
 
 
@@ -227,7 +229,13 @@ def failure_reason(outcome: Outcome, *, timed_out: bool) -> Reason:
 
 
 def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
-    """The verdict on a finished run (see the module docstring)."""
+    """The verdict on a finished run (see the module docstring).
+
+    Raises ``ValueError`` for a ``DETACHED`` outcome: that run goes on, nothing concludes.
+    """
+    if facts.outcome.error is ErrorKind.DETACHED:
+        msg = "a detached run is not finished: there is no verdict on it"
+        raise ValueError(msg)
     outcome = concluded(facts.outcome, facts.deadline)
     failures = failures_after(outcome, facts.previous_failures, fresh=facts.fresh)
     conclusion = Verdict(

@@ -65,6 +65,7 @@ class Reason(enum.StrEnum):
     SUSPENDED = "Suspended"
     DESTROYING = "Destroying"
     DELETION_BLOCKED = "DeletionBlocked"
+    RUNNER_FAILED = "RunnerFailed"
 
 
 def now_rfc3339(now: datetime.datetime) -> str:

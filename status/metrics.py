@@ -203,3 +203,59 @@ class MetricsHandler:
             key = ObjectKey.of(obj)
         if isinstance(key, ObjectKey):
             self._metrics.forget(key)
+
+
+START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+POD_FAILURE_REASONS = (
+    "Deleted",
+    "Evicted",
+    "OOMKilled",
+    "DeadlineExceeded",
+    "Error",
+    "NotStarted",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+)
+
+
+class RunPodMetrics:
+    """The ``pulumi_stack_run_pod_*`` families of the pod runner (``--runner=pod``).
+
+    ``reason`` is the pod's own (a closed set in practice: the kubelet's and the
+    runner's reasons); the common ones start at zero.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Register the families in ``registry``."""
+        self.created = Counter(
+            "pulumi_stack_run_pods_created",
+            "Run pods the operator created (one per Pulumi operation).",
+            registry=registry,
+        )
+        self.failed = Counter(
+            "pulumi_stack_run_pods_failed",
+            "Runs whose pod ended without an outcome or could not start, by the pod's reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.start_latency = Histogram(
+            "pulumi_stack_run_pod_start_seconds",
+            "Time from a run pod's creation to its container running (scheduling, image, volumes).",
+            buckets=START_BUCKETS,
+            registry=registry,
+        )
+        for reason in POD_FAILURE_REASONS:
+            self.failed.labels(reason)
+
+    def pod_created(self) -> None:
+        """One run pod was created."""
+        self.created.inc()
+
+    def pod_failed(self, reason: str) -> None:
+        """One run ended without an outcome for ``reason``."""
+        self.failed.labels(reason).inc()
+
+    def pod_started(self, seconds: float) -> None:
+        """A run pod's container started ``seconds`` after the pod was created."""
+        self.start_latency.observe(seconds)

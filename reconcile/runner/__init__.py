@@ -8,13 +8,17 @@ interface), ``local`` (``LocalRunner``: the operations), ``attempt`` (one operat
 phases and outcome), ``cli`` (``pulumi`` command lines and their environment), ``engine``
 (the event log and what its events say), ``failures`` (``ErrorKind`` of a failure),
 ``scrub`` (secrets out of messages and outputs), ``project`` (Pulumi.yaml and the stack
-settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks).
+settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks);
+``pod`` (``PodRunner``: each operation in a pod), ``podspec`` (the run pod's manifest),
+``job`` (what a run pod is given), ``channel`` (the reports a run pod prints).
 """
 
 from __future__ import annotations
 
 from reconcile.runner.base import Runner
+from reconcile.runner.job import RunJob, SecretEnv, SecretEnvNames
 from reconcile.runner.local import LocalRunner
+from reconcile.runner.pod import PodRunner
 from reconcile.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     ErrorKind,
@@ -22,6 +26,7 @@ from reconcile.runner.types import (
     Outcome,
     Progress,
     ProgressCallback,
+    StopSignal,
     UpdateRequest,
 )
 
@@ -31,8 +36,13 @@ __all__ = [
     "LocalRunner",
     "LockInfo",
     "Outcome",
+    "PodRunner",
     "Progress",
     "ProgressCallback",
+    "RunJob",
     "Runner",
+    "SecretEnv",
+    "SecretEnvNames",
+    "StopSignal",
     "UpdateRequest",
 ]

@@ -62,12 +62,19 @@ class Runner(Protocol):
         """
         ...
 
-    def attach(self, request: UpdateRequest) -> Outcome | None:
+    def attach(
+        self,
+        request: UpdateRequest,
+        *,
+        on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome | None:
         """The outcome of the stack's operation that was in flight when the operator restarted.
 
         A runner whose operations outlive the operator (a pod) waits for that operation
-        and returns its outcome; None when there is none to attach to. ``LocalRunner``'s
-        operations die with the operator: it always returns None.
+        (reporting its progress) and returns its outcome; None when there is none to
+        attach to. ``LocalRunner``'s operations die with the operator: it always returns
+        None.
         """
         ...
 

@@ -146,9 +146,15 @@ class LocalRunner:
             forget_credentials(attempt.home)
         return None
 
-    def attach(self, request: UpdateRequest) -> Outcome | None:
+    def attach(
+        self,
+        request: UpdateRequest,
+        *,
+        on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome | None:
         """None: a local run dies with the operator, there is never one to re-attach to."""
-        del request
+        del request, on_progress, stop
         return None
 
     def locks(self, request: UpdateRequest) -> list[LockInfo] | None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from reconcile.runner.job import RunJob
 
 Operation = Literal["up", "preview", "refresh", "destroy"]
 Step = Literal["refresh", "update", "preview", "destroy"]
@@ -37,6 +40,37 @@ class ErrorKind(enum.StrEnum):
     bad credentials or passphrase, invalid config key): retry with backoff."""
     INTERRUPTED = "Interrupted"
     """``stop`` was set: the CLI was interrupted or never started."""
+    RUNNER_FAILED = "RunnerFailed"
+    """The run's pod ended without an outcome (deleted, evicted, OOM-killed, past its
+    deadline) or could not start (image pull, missing Secret): retry with backoff; the
+    message carries the pod's own reason."""
+    DETACHED = "Detached"
+    """The operator is stopping and left the run going (a pod outlives it): nothing is
+    concluded; the next instance attaches to the run."""
+
+
+class StopSignal(threading.Event):
+    """A run's stop event that also says why it was set (``cause``).
+
+    ``"shutdown"``: the operator is stopping (a runner whose runs outlive it may leave
+    them going); ``"deadline"``: the run's deadline passed; ``"interrupt"`` or None: stop
+    the run. A plain ``threading.Event`` means ``"interrupt"``.
+    """
+
+    def __init__(self) -> None:
+        """An unset event with no cause."""
+        super().__init__()
+        self.cause: str | None = None
+
+    def set_for(self, cause: str) -> None:
+        """Set the event, recording ``cause`` first."""
+        self.cause = cause
+        self.set()
+
+
+def stop_cause(stop: threading.Event) -> str:
+    """Why ``stop`` was set: ``shutdown``, ``deadline`` or ``interrupt``."""
+    return (stop.cause if isinstance(stop, StopSignal) else None) or "interrupt"
 
 
 @dataclass(frozen=True, repr=False)
@@ -51,7 +85,9 @@ class UpdateRequest:
     ``expect_no_refresh_changes`` applies only with ``refresh``. ``targets`` applies to
     ``up`` and ``preview``. ``pulumi_home`` is the Stack's own ``PULUMI_HOME`` (created on
     first use; the caller deletes it with the Stack); None uses the runner's shared home,
-    which is safe only for callers that run one tenant's stacks.
+    which is safe only for callers that run one tenant's stacks. ``job`` is what a runner
+    that runs elsewhere needs instead of ``work_dir``, ``env`` and ``secret_config``
+    (references, never secret values); ``LocalRunner`` ignores it.
     """
 
     work_dir: Path
@@ -67,6 +103,7 @@ class UpdateRequest:
     use_local_stack_only: bool = False
     message: str = ""
     pulumi_home: Path | None = None
+    job: RunJob | None = None
 
     def __repr__(self) -> str:
         """Show everything but values that may be secret."""
@@ -78,7 +115,8 @@ class UpdateRequest:
             f"expect_no_refresh_changes={self.expect_no_refresh_changes}, "
             f"preview={self.preview}, targets={self.targets!r}, "
             f"use_local_stack_only={self.use_local_stack_only}, message={self.message!r}, "
-            f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r})"
+            f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r}, "
+            f"job={self.job!r})"
         )
 
 
@@ -122,6 +160,21 @@ class Outcome:
     permalink: str | None
     started: datetime
     ended: datetime
+
+
+def failed_outcome(operation: str, error: ErrorKind, message: str, started: datetime) -> Outcome:
+    """A failed ``operation`` that changed nothing and ended now (``started`` is aware)."""
+    return Outcome(
+        operation=operation,  # type: ignore[arg-type]
+        succeeded=False,
+        error=error,
+        message=message,
+        outputs={},
+        resource_changes={},
+        permalink=None,
+        started=started,
+        ended=datetime.now(started.tzinfo),
+    )
 
 
 @dataclass(frozen=True, slots=True)

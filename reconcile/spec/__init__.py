@@ -8,7 +8,8 @@ turns it into a ``StackSpec``. Field names and meanings follow the Pulumi Kubern
 - ``model``: the values (``StackSpec``, ``GitAuth``, ``ResourceRef``...) and ``SpecError``;
 - ``fields``: readers of one raw field, and the field paths errors name;
 - ``parse``: ``parse_spec``, the assembly: known fields, the program source, periods, flags;
-- ``config``, ``resource_refs``, ``repo_url``, ``backend_rules``: one section each;
+- ``config``, ``resource_refs``, ``repo_url``, ``backend_rules``, ``workspace``: one section
+  each (``workspace``: ``serviceAccountName`` and ``workspaceTemplate``, for the pod runner);
 - ``durations``: Go duration strings.
 
 Guarantees:
@@ -47,6 +48,7 @@ from reconcile.spec.config import MAX_CONFIG_TOTAL_BYTES, MAX_CONFIG_VALUE_BYTES
 from reconcile.spec.durations import parse_go_duration
 from reconcile.spec.model import (
     DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
+    DEFAULT_SERVICE_ACCOUNT,
     MIN_RESYNC_SECONDS,
     GitAuth,
     Prerequisite,
@@ -54,12 +56,14 @@ from reconcile.spec.model import (
     SecretKeyRef,
     SpecError,
     StackSpec,
+    Workspace,
     referenced_secrets,
 )
 from reconcile.spec.parse import SPEC_FIELDS, parse_spec
 
 __all__ = [
     "DEFAULT_RETRY_MAX_BACKOFF_SECONDS",
+    "DEFAULT_SERVICE_ACCOUNT",
     "DIY_ORGANIZATION",
     "MAX_CONFIG_TOTAL_BYTES",
     "MAX_CONFIG_VALUE_BYTES",
@@ -72,6 +76,7 @@ __all__ = [
     "SecretKeyRef",
     "SpecError",
     "StackSpec",
+    "Workspace",
     "check_stack_for_backend",
     "parse_go_duration",
     "parse_spec",

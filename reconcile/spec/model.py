@@ -3,23 +3,36 @@
 Role: the typed, frozen result of ``reconcile.spec.parse_spec`` (``StackSpec`` and its parts)
 and ``SpecError``. Nothing here reads a raw spec.
 
-Guarantees: every value is immutable (frozen dataclasses, read-only mappings, tuples); each
-enforces its own invariant even when built by hand; ``repr`` never shows a literal
+Guarantees: every value is immutable (frozen dataclasses, read-only mappings, tuples, JSON
+text); each enforces its own invariant even when built by hand; ``repr`` never shows a literal
 ``ResourceRef`` value (they are often credentials), so a ``StackSpec`` is safe to log.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 MIN_RESYNC_SECONDS: Final = 60
 """Floor of ``resyncFrequencySeconds``: 0, unset and 1-59 all mean 60 (as PKO does)."""
 
 DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 86400
 """Default cap on the delay between retries of a failed update (24 h, as PKO v2)."""
+
+DEFAULT_SERVICE_ACCOUNT: Final = "default"
+"""The ServiceAccount a run pod runs as when ``serviceAccountName`` is unset (as PKO v2)."""
+
+SecurityProfile: TypeAlias = Literal["restricted", "baseline"]
+PullPolicy: TypeAlias = Literal["Always", "IfNotPresent", "Never"]
+
+SECURITY_PROFILES: Final[tuple[SecurityProfile, ...]] = ("restricted", "baseline")
+"""The Pod Security Standards a run pod can be held to (``securityProfile``), default first."""
+
+PULL_POLICIES: Final[tuple[PullPolicy, ...]] = ("Always", "IfNotPresent", "Never")
+"""The image pull policies a run pod's ``pulumi`` container accepts."""
 
 
 class SpecError(ValueError):
@@ -124,6 +137,54 @@ class Prerequisite:
     """Seconds: the prerequisite's last success may be at most this old (None: any age)."""
 
 
+def canonical_json(value: object) -> str:
+    """``value`` as canonical JSON: sorted keys, no spaces, ASCII, finite numbers only.
+
+    Raises:
+        ValueError: ``value`` is not JSON (a NaN or infinity, a set, a non-string key...).
+    """
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The validated subset of PKO v2's ``workspaceTemplate`` the pod runner applies.
+
+    ``pod_json`` holds the pod overrides (see ``reconcile.spec.workspace`` for their shape)
+    as canonical JSON, so that equal overrides make equal, hashable values; one built by hand
+    is re-encoded canonically. Only the parser checks the overrides' shape; this class checks
+    the enums, the image, and that ``pod_json`` is a JSON object.
+    """
+
+    security_profile: SecurityProfile = "restricted"
+    image: str | None = None
+    image_pull_policy: PullPolicy | None = None
+    pod_json: str = "{}"
+
+    def __post_init__(self) -> None:
+        """Enforce the enums and a non-blank image; keep ``pod_json`` a canonical object."""
+        if self.security_profile not in SECURITY_PROFILES:
+            msg = f"security_profile is one of {SECURITY_PROFILES}"
+            raise ValueError(msg)
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            msg = f"image_pull_policy is None or one of {PULL_POLICIES}"
+            raise ValueError(msg)
+        if self.image is not None and (not self.image or any(c.isspace() for c in self.image)):
+            raise ValueError("image is None or a non-empty string without whitespace")
+        overrides = json.loads(self.pod_json)
+        if not isinstance(overrides, dict):
+            raise ValueError("pod_json is a JSON object")  # noqa: TRY004 - a bad value
+        object.__setattr__(self, "pod_json", canonical_json(overrides))
+
+    def overrides(self) -> dict[str, Any]:
+        """The pod overrides as a fresh dict (changing it changes nothing here)."""
+        result: dict[str, Any] = json.loads(self.pod_json)
+        return result
+
+
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
@@ -162,6 +223,10 @@ class StackSpec:
     retry_max_backoff_duration_seconds: int = DEFAULT_RETRY_MAX_BACKOFF_SECONDS
     timeout_seconds: int | None = None
     """Deadline of one run in seconds, overriding the operator's default (None: the default)."""
+    service_account_name: str = DEFAULT_SERVICE_ACCOUNT
+    """The ServiceAccount a run pod runs as (pod runner only; the local runner ignores it)."""
+    workspace: Workspace = field(default_factory=Workspace)
+    """How a run pod is built (pod runner only; the local runner ignores it)."""
 
     def __post_init__(self) -> None:
         """Keep the mappings read-only even when a caller passes plain dicts."""

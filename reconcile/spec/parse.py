@@ -3,7 +3,7 @@
 Role: the assembly. It knows which fields exist (``SPEC_FIELDS``), refuses PKO's deprecated
 and not-yet-supported fields, reads the program source (``projectRepo`` with ``commit`` or
 ``branch``, ``repoDir``), prerequisites, periods and flags itself, and delegates config,
-refs, the repository URL and the stack/backend pair to their modules.
+refs, the repository URL, the stack/backend pair and the run pod's settings to their modules.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from reconcile.spec.model import (
 )
 from reconcile.spec.repo_url import check_repo_url
 from reconcile.spec.resource_refs import env_name, read_git_auth, read_refs
+from reconcile.spec.workspace import read_service_account_name, read_workspace
 
 _SUPPORTED: Final = frozenset(
     {
@@ -65,6 +66,8 @@ _SUPPORTED: Final = frozenset(
         "retryMaxBackoffDurationSeconds",
         "suspend",
         "timeoutSeconds",
+        "serviceAccountName",
+        "workspaceTemplate",
     }
 )
 
@@ -131,6 +134,8 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
         resync_frequency_seconds=_resync_frequency(root),
         retry_max_backoff_duration_seconds=_retry_max_backoff(root),
         timeout_seconds=_timeout(root),
+        service_account_name=read_service_account_name(root),
+        workspace=read_workspace(root),
         **{attr: read_bool(root, SPEC, key) for attr, key in _FLAGS.items()},
     )
 

@@ -93,7 +93,8 @@ def operator_config(objects: list[Manifest], pod_namespace: str) -> OperatorConf
     environ = {}
     for var in container.get("env", ()):
         field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-        environ[var["name"]] = pod_namespace if field == "metadata.namespace" else var["value"]
+        fields = {"metadata.namespace": pod_namespace, "metadata.name": f"{RELEASE}-0"}
+        environ[var["name"]] = fields[field] if field else var["value"]
     return parse_config(container["args"], environ)
 
 
@@ -380,9 +381,16 @@ def test_metrics_service_off(helm: Helm) -> None:
     assert "metrics.serviceMonitor.enabled needs metrics.service.enabled" in caught.value.stderr
 
 
+DOWNWARD_ENV = [
+    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+]
+"""The pod's own name and namespace: ``--runner=pod`` finds its image through them."""
+
+
 @helm_test
 def test_extra_env_and_args_reach_the_operator(helm: Helm) -> None:
-    """The container's env is extraEnv, extraArgs follow the chart's flags; both parse."""
+    """The container's env is the pod's own identity then extraEnv; extraArgs follow."""
     values = {
         "extraEnv": [
             {"name": "PSO_WORKERS", "value": "4"},
@@ -392,12 +400,12 @@ def test_extra_env_and_args_reach_the_operator(helm: Helm) -> None:
     }
     objects = render_chart(helm, values)
     container = manager(objects)
-    assert container["env"] == values["extraEnv"]
+    assert container["env"] == [*DOWNWARD_ENV, *values["extraEnv"]]  # type: ignore[misc]
     assert container["args"][-2:] == values["extraArgs"]
     cfg = operator_config(objects, SYSTEM_NAMESPACE)
     assert cfg.manager.workers == 4
     assert cfg.manager.shutdown_timeout == 30  # the last occurrence wins
-    assert "env" not in manager(render_chart(helm))
+    assert manager(render_chart(helm))["env"] == DOWNWARD_ENV
 
 
 @helm_test

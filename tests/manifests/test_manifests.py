@@ -140,7 +140,7 @@ def container(directory: str) -> dict[str, Any]:
 def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> OperatorConfig:
     """The Deployment's args and env through the operator's parser, as the pod would."""
     manager = container(directory)
-    downward = {"metadata.namespace": pod_namespace}
+    downward = {"metadata.namespace": pod_namespace, "metadata.name": "pulumi-stack-operator-0"}
     environ = {}
     for var in manager.get("env", ()):
         field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")

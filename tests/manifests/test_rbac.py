@@ -244,6 +244,7 @@ def test_the_operators_calls_work_and_others_get_403(
     assert core.read_namespaced_secret("creds", namespace).data
     post_event(core, namespace)
     take_lease(operator_api, namespace)
+    run_a_pod(core, namespace)
 
     assert forbidden(core.list_namespaced_secret, namespace) == 403
     assert forbidden(core.list_namespaced_config_map, namespace) == 403
@@ -255,6 +256,29 @@ def test_the_operators_calls_work_and_others_get_403(
         forbidden(objects.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, stack)
         == 403
     )
+
+
+def run_a_pod(core: client.CoreV1Api, namespace: str) -> None:
+    """Create a run pod, read it and its log, delete it, as reconcile/runner/pod.py does.
+
+    This control plane has no node: the pod stays Pending, so its log answers an error
+    (no container yet) or nothing; either way not 403: the call was allowed.
+    """
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="s-pulumi"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="pulumi", image="x:1")]),
+    )
+    created = core.create_namespaced_pod(namespace, pod)
+    assert created.metadata is not None
+    assert core.read_namespaced_pod("s-pulumi", namespace).metadata is not None
+    status = 200
+    try:
+        core.read_namespaced_pod_log("s-pulumi", namespace)
+    except client.ApiException as err:
+        status = int(err.status)
+    assert status != 403
+    assert forbidden(core.list_namespaced_pod, namespace) == 403
+    core.delete_namespaced_pod("s-pulumi", namespace)
 
 
 def post_event(core: client.CoreV1Api, namespace: str) -> None:

@@ -288,8 +288,8 @@ class FakeRunner:
 
     A script item is an ``Outcome`` or a function ``(request, on_progress, stop) ->
     Outcome``. ``calls`` records ``(operation, request)``; ``stale_lock`` and
-    ``cancellable`` answer ``clear_stale_lock`` and ``cancel``; ``prepare`` and ``attach``
-    have nothing to do.
+    ``cancellable`` answer ``clear_stale_lock`` and ``cancel``, ``attached`` ``attach``;
+    ``prepare`` has nothing to do.
     """
 
     def __init__(self) -> None:
@@ -298,6 +298,7 @@ class FakeRunner:
         self.calls: list[tuple[str, UpdateRequest]] = []
         self.stale_lock = False
         self.cancellable = False
+        self.attached: Outcome | None = None
 
     def then(self, *items: Outcome | Script) -> None:
         """Play ``items`` on the next calls."""
@@ -332,10 +333,18 @@ class FakeRunner:
         self.calls.append(("prepare", request))
         return None
 
-    def attach(self, request: UpdateRequest) -> Outcome | None:
-        """No operation outlives the operator here (recorded)."""
+    def attach(
+        self,
+        request: UpdateRequest,
+        *,
+        on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome | None:
+        """``attached`` (None: no operation outlived the operator), once (recorded)."""
+        del on_progress, stop
         self.calls.append(("attach", request))
-        return None
+        attached, self.attached = self.attached, None
+        return attached
 
     def locks(self, request: UpdateRequest) -> list[Any] | None:
         """This runner cannot see locks."""

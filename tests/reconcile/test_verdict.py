@@ -90,7 +90,13 @@ ROWS: dict[ErrorKind, tuple[Any, ...]] = {
         "False", "Interrupted", "Interrupted", RETRY, False, WARNING, "none", "interrupted",
         True, False,
     ),
+    ErrorKind.RUNNER_FAILED: (
+        "False", "RunnerFailed", "RunnerFailed", RETRY, False, WARNING, "backoff", "failed",
+        True, True,
+    ),
 }  # fmt: skip
+JUDGED = [kind for kind in ErrorKind if kind is not ErrorKind.DETACHED]
+"""``DETACHED`` is never judged: the run goes on, nothing is concluded (see below)."""
 KINDS = {kind: Kind(*row) for kind, row in ROWS.items()}
 
 
@@ -122,13 +128,13 @@ def expected_failures(kind: ErrorKind, previous: int, *, fresh: bool) -> int:
 
 def test_the_table_covers_every_error_kind() -> None:
     """A new ErrorKind must be added to ``KINDS`` (and so be judged on purpose)."""
-    assert set(KINDS) == set(ErrorKind)
+    assert set(KINDS) == set(JUDGED)
 
 
 @pytest.mark.parametrize("operation", ["up", "preview"])
 @pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "same-inputs"])
 @pytest.mark.parametrize("previous", [0, 1, CAP - 1, CAP, CAP + 1])
-@pytest.mark.parametrize("kind", list(ErrorKind), ids=str)
+@pytest.mark.parametrize("kind", JUDGED, ids=str)
 def test_run_outcomes(kind: ErrorKind, previous: int, *, fresh: bool, operation: str) -> None:
     """Conditions, Event, requeue, failures and metric label of every run outcome."""
     verdict = judge(kind, previous, fresh=fresh, operation=operation)
@@ -167,7 +173,7 @@ def test_run_outcomes(kind: ErrorKind, previous: int, *, fresh: bool, operation:
 
 
 @pytest.mark.parametrize("previous", [0, CAP - 1])
-@pytest.mark.parametrize("kind", [k for k in ErrorKind if k is not ErrorKind.NONE], ids=str)
+@pytest.mark.parametrize("kind", [k for k in JUDGED if k is not ErrorKind.NONE], ids=str)
 def test_a_run_stopped_at_its_deadline_timed_out(kind: ErrorKind, previous: int) -> None:
     """Whatever the runner said, a run the deadline stopped is an UpdateTimedOut failure.
 
@@ -458,3 +464,9 @@ def test_every_event_is_warning_exactly_for_failures() -> None:
 def test_the_reasons_that_need_a_change() -> None:
     """ProgramInvalid, StackNotFound and a run's InvalidSpec: no retry mends them."""
     assert {Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC} == NEEDS_A_CHANGE
+
+
+def test_a_detached_run_is_never_judged() -> None:
+    """The runner left the run going (a pod at shutdown): there is nothing to conclude."""
+    with pytest.raises(ValueError, match="detached"):
+        judge(ErrorKind.DETACHED, 0, fresh=True, operation="up")

@@ -57,6 +57,13 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
+# The pod runner: run pods read by name, created and deleted; their log followed.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, create, delete]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   # patch raises the count of a repeated Event.

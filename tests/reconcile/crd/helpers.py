@@ -66,6 +66,24 @@ FULL_SPEC: dict[str, Any] = {
     "retryMaxBackoffDurationSeconds": 600,
     "timeoutSeconds": 1800,
     "suspend": False,
+    "serviceAccountName": "pulumi-runner",
+    "workspaceTemplate": {
+        "metadata": {"labels": {"team": "a"}},
+        "spec": {
+            "image": "pulumi/pulumi:3.150.0-nonroot",
+            "securityProfile": "restricted",
+            "resources": {"requests": {"cpu": "500m", "memory": 1073741824}},
+            "env": [{"name": "LOG_LEVEL", "value": "debug"}],
+            "podTemplate": {
+                "spec": {
+                    "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "c"}}],
+                    "containers": [
+                        {"name": "pulumi", "volumeMounts": [{"name": "cache", "mountPath": "/c"}]}
+                    ],
+                }
+            },
+        },
+    },
 }
 
 MINIMAL_SPEC: dict[str, Any] = {

@@ -89,3 +89,5 @@ def test_pko_manifest_is_accepted_unchanged(
     assert stored["spec"] == FULL_SPEC
     parsed = parse_spec(stored["spec"], namespace)
     assert (parsed.branch, parsed.timeout_seconds) == ("main", 1800)
+    assert parsed.service_account_name == "pulumi-runner"
+    assert parsed.workspace.overrides()["volumeMounts"] == [{"name": "cache", "mountPath": "/c"}]

@@ -246,6 +246,11 @@ def test_config_keys_are_left_to_the_parser(
         pytest.param({"stack": "dev", "backend": "gs://b"}, id="diy-plain-stack"),
         pytest.param({"stack": "acme/proj/dev", "backend": "https://api.pulumi.com"}, id="cloud"),
         pytest.param({"timeoutSeconds": 1}, id="timeout-1"),
+        pytest.param({"serviceAccountName": "runner"}, id="service-account"),
+        pytest.param(
+            {"workspaceTemplate": {"spec": {"env": [{"name": "EMPTY", "value": ""}]}}},
+            id="workspace-empty-env-value",
+        ),
     ],
 )
 def test_apiserver_and_parser_accept_what_can_work(
@@ -299,6 +304,22 @@ def test_apiserver_accepts_valid_sources(
             {"secretsRef": {"k": {"type": "FS", "filesystem": {"path": "/etc/passwd"}}}},
             "spec.secretsRef[k].type",
             id="fs-ref",
+        ),
+        pytest.param(
+            {
+                "workspaceTemplate": {
+                    "spec": {
+                        "podTemplate": {
+                            "spec": {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}
+                        }
+                    }
+                }
+            },
+            "spec.workspaceTemplate.spec.podTemplate.spec.volumes[0].hostPath",
+            id="workspace-host-path",
+        ),
+        pytest.param(
+            {"serviceAccountName": "Not_A_Name"}, "spec.serviceAccountName", id="service-account"
         ),
     ],
 )

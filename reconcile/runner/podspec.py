@@ -1,0 +1,178 @@
+"""The run pod's manifest: one pod per run, named after its Stack, hardened by default.
+
+Guarantees of ``run_pod``:
+
+* The name is a function of the Stack's name only (``pod_name``): the API server refuses a
+  second run pod of one Stack while the first exists.
+* The pod runs as the Stack's ServiceAccount, ``restartPolicy: Never`` (a failed run is
+  concluded by the operator, never re-run behind its back), with ``activeDeadlineSeconds``
+  as a backstop past the run's own deadline, and no service links.
+* ``restricted`` (the default profile) meets the restricted Pod Security Standard:
+  non-root (uid 65532), no privilege escalation, every capability dropped, seccomp
+  ``RuntimeDefault``, a read-only root filesystem; ``/workspace`` (checkout, homes) and
+  ``/tmp`` are emptyDir volumes. ``baseline`` drops the non-root user and the read-only
+  root (images that need root), and keeps the rest.
+* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable.
+* The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
+  policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
+  change the command, the security context or the ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from reconcile.runner.job import RunJob
+
+CONTAINER = "pulumi"
+WORKSPACE = "/workspace"
+UID = 65532
+MANAGED_BY = "pulumi-stack-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+COMPONENT = "pulumi-run"
+LABEL_STACK_UID = "pulumi-stack-operator.dev/stack-uid"
+ANNOTATION_STACK = "pulumi-stack-operator.dev/stack"
+ANNOTATION_GENERATION = "pulumi-stack-operator.dev/generation"
+ANNOTATION_COMMIT = "pulumi-stack-operator.dev/commit"
+ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
+AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
+_NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
+
+
+def pod_name(stack_name: str) -> str:
+    """The run pod's name for the Stack ``stack_name`` (at most 63 characters)."""
+    name = f"{stack_name}-pulumi"
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:10]
+    return f"{stack_name[:44].rstrip('-.')}-pulumi-{digest}"
+
+
+def run_pod(job: RunJob, operation: str, *, image: str, grace: float) -> dict[str, Any]:
+    """The manifest of the pod that runs ``operation`` for ``job`` (see the module doc).
+
+    ``image`` is used unless the Stack names its own; ``grace`` is the seconds the pod has
+    between SIGTERM (the operator interrupting the run) and SIGKILL.
+    """
+    template = job.template()
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(job, operation, template),
+        "spec": _pod_spec(job, operation, template, image, grace),
+    }
+
+
+def _metadata(job: RunJob, operation: str, template: dict[str, Any]) -> dict[str, Any]:
+    labels = {
+        **template.get("labels", {}),
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_STACK_UID: job.stack_uid,
+    }
+    annotations = {
+        **template.get("annotations", {}),
+        ANNOTATION_STACK: job.stack_name,
+        ANNOTATION_GENERATION: str(job.generation),
+        ANNOTATION_COMMIT: job.commit,
+        ANNOTATION_OPERATION: operation,
+    }
+    owner = {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Stack",
+        "name": job.stack_name,
+        "uid": job.stack_uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+    return {
+        "name": pod_name(job.stack_name),
+        "namespace": job.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [owner],
+    }
+
+
+def _pod_spec(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, grace: float
+) -> dict[str, Any]:
+    restricted = job.security_profile != "baseline"
+    spec: dict[str, Any] = {
+        "serviceAccountName": job.service_account,
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": int(grace) + 5,
+        # The operator interrupts the run at its deadline; this only catches a run whose
+        # operator is gone and a pod that ignores SIGTERM.
+        "activeDeadlineSeconds": int(job.timeout + grace) + 60,
+        "securityContext": _pod_security(restricted=restricted),
+        "containers": [_container(job, operation, template, image, restricted=restricted)],
+        "volumes": [
+            {"name": "workspace", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            *template.get("volumes", []),
+        ],
+    }
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        if key in template:
+            spec[key] = template[key]
+    return spec
+
+
+def _pod_security(*, restricted: bool) -> dict[str, Any]:
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if restricted:
+        context |= {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
+    return context
+
+
+def _container(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": job.image or image,
+        "command": list(AGENT_COMMAND),
+        "env": [*_agent_env(job, operation), *template.get("env", [])],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+            *template.get("volumeMounts", []),
+        ],
+        "securityContext": _container_security(restricted=restricted),
+    }
+    if job.image_pull_policy:
+        container["imagePullPolicy"] = job.image_pull_policy
+    for key in ("envFrom", "resources"):
+        if key in template:
+            container[key] = template[key]
+    return container
+
+
+def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
+    plain = {
+        "PSO_JOB": job.document,
+        "PSO_OPERATION": operation,
+        "HOME": f"{WORKSPACE}/home",
+        "TMPDIR": "/tmp",  # noqa: S108 - the pod's own emptyDir
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
+    env += [
+        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+        for s in job.secret_env
+    ]
+    return env
+
+
+def _container_security(*, restricted: bool) -> dict[str, Any]:
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if restricted:
+        context |= {
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        }
+    return context

@@ -1,0 +1,116 @@
+"""The reconciler with a runner whose runs happen elsewhere (``remote_runs``: the pod runner).
+
+What changes: the request carries a ``RunJob`` of references instead of a checkout and
+secret values; a run the runner left going at shutdown (``DETACHED``) concludes nothing;
+a run a gone instance left is attached to and concluded with its own outcome; a run pod
+that ends without an outcome is ``RunnerFailed``, retried with backoff.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from controller.reconciler import Result
+from reconcile.runner import ErrorKind
+from reconcile.stack import FINALIZER
+from status.conditions import Reason
+from tests.reconcile.stack_harness import KEY, Harness, reaches
+
+SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
+LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
+
+
+def remote(tmp_path: Path, **settings: object) -> Harness:
+    """A harness whose reconciler runs remotely."""
+    return Harness(tmp_path, remote_runs=True, **settings)
+
+
+def test_the_request_carries_references_and_no_secret_value(tmp_path: Path) -> None:
+    """No checkout; the job names Secret keys as pod variables; the value is nowhere."""
+    h = remote(tmp_path)
+    h.secrets.data[(KEY.namespace, "creds")] = {"token": "s3cr3t-value"}
+    h.create(
+        envRefs={"TOKEN": SECRET, "PLAIN": LITERAL},
+        secretsRef={"apiKey": SECRET},
+        serviceAccountName="deployer",
+    )
+    h.cluster.objects[KEY]["metadata"]["uid"] = "uid-1"
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    job = request.job
+    assert job is not None
+    assert h.source.checkouts == []
+    assert (job.namespace, job.stack_name, job.stack_uid, job.generation) == (
+        KEY.namespace,
+        KEY.name,
+        "uid-1",
+        1,
+    )
+    assert job.service_account == "deployer"
+    [variable] = job.secret_env  # one Secret key, used twice: one variable
+    assert (variable.secret, variable.key) == ("creds", "token")
+    document = json.loads(job.document)
+    assert document["envRefs"] == {"TOKEN": {"env": variable.env}, "PLAIN": {"value": "plain"}}
+    assert document["secretConfig"] == {"apiKey": {"env": variable.env}}
+    assert "s3cr3t-value" not in repr(request) + job.document
+    assert dict(request.env) == {}
+    assert dict(request.secret_config) == {}
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
+@reaches(Reason.RUNNER_FAILED)
+def test_a_run_pod_that_ends_without_an_outcome_is_runner_failed_and_retried(h: Harness) -> None:
+    """RunnerFailed with the pod's reason in Ready's message; retried after the backoff."""
+    h.create()
+    message = "the run pod team/web-pulumi failed: OOMKilled: exit code 137"
+    h.runner.then(h.fail(ErrorKind.RUNNER_FAILED, message=message))
+    assert h.reconcile() == Result(requeue_after=10)
+    assert h.kstatus() == {
+        "Ready": ("False", "RunnerFailed"),
+        "Reconciling": ("True", "ProgressingWithRetry"),
+    }
+    assert "OOMKilled" in h.message()
+    assert h.events.reasons[-1] == "RunnerFailed"
+
+
+def test_a_detached_run_concludes_nothing(tmp_path: Path) -> None:
+    """A shutdown that leaves the run pod going writes no conclusion: currentUpdate stays."""
+    h = remote(tmp_path)
+    h.create()
+    h.runner.then(h.fail(ErrorKind.DETACHED, message="left running"))
+    assert h.reconcile() == Result()
+    assert "currentUpdate" in h.status
+    assert h.kstatus()["Reconciling"] == ("True", "Progressing")
+    assert h.events.reasons == ["UpdateStarted"]
+    assert h.metrics.updates == []
+
+
+def test_a_run_a_gone_instance_left_is_attached_to_not_rerun(tmp_path: Path) -> None:
+    """The new leader concludes the pod's own outcome; no Interrupted, no second run."""
+    h = remote(tmp_path, sole_runner=True, takeover_delay=0.0, leading_since=lambda: 0.0)
+    current = {"generation": 1, "commit": "a1" * 20, "type": "up", "operator": "gone_9"}
+    h.create(status={"observedGeneration": 1, "currentUpdate": current})
+    h.cluster.objects[KEY]["metadata"]["finalizers"] = [FINALIZER]
+    h.runner.attached = h.succeed(outputs={"url": "http://x"})
+    h.reconcile()
+    assert h.runner.operations == ["attach"]
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    assert "currentUpdate" not in h.status
+    assert h.status["outputs"] == {"url": "http://x"}
+    assert "Interrupted" not in h.events.reasons
+
+
+def test_with_nothing_to_attach_to_the_left_run_is_interrupted_and_run_again(
+    tmp_path: Path,
+) -> None:
+    """No run pod left: as with the local runner, Interrupted, then a new run."""
+    h = remote(tmp_path, sole_runner=True, takeover_delay=0.0, leading_since=lambda: 0.0)
+    current = {"generation": 1, "commit": "a1" * 20, "type": "up", "operator": "gone_9"}
+    h.create(status={"observedGeneration": 1, "currentUpdate": current})
+    h.cluster.objects[KEY]["metadata"]["finalizers"] = [FINALIZER]
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.runner.operations == ["attach", "run"]
+    assert h.events.reasons == ["Interrupted", "UpdateStarted", "Succeeded"]
