@@ -63,5 +63,5 @@ def test_the_request_has_the_values_the_kubelet_filled_in() -> None:
 @pytest.mark.parametrize("operation", ["", "rm -rf", "refresh"])
 def test_an_unknown_operation_is_refused(operation: str) -> None:
     """Only up, preview and destroy."""
-    with pytest.raises(ValueError, match="operation"):
+    with pytest.raises(ValueError, match="PSO_OPERATION"):
         AgentJob.from_environment(environment(PSO_OPERATION=operation))
