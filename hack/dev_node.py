@@ -13,8 +13,9 @@ In the state directory of ``hack/dev.py`` (same lock, wiped at start, kept after
    (owned by uid 65532) at ``/state`` and appends the operator flags; it is applied and
    rolled out;
 4. a git daemon on the node network's host address serves ``sample.git``, and
-   ``sample.yaml`` (the passphrase Secret and the Stack ``default/sample`` on the backend
-   ``file:///state/backend``) is applied.
+   ``sample.yaml`` (the passphrase Secret, a claim on ``volume/`` in ``default``, and the
+   Stack ``default/sample`` on the backend ``file:///state/backend``, whose run pods mount
+   that claim at ``/state``) is applied.
 
 Then it prints how to watch, and follows the operator pod's log (``kubectl logs -f``,
 again whenever the pod or its container changes; each also copied to ``logs/``). Ctrl-C
@@ -56,7 +57,8 @@ from testbed.node import NodeBinaries, NodeCluster, deployment, missing_host_too
 from testbed.node.deployment import UID
 from testbed.process import ProcessError
 
-MOUNT = Path("/state")  # where the pod sees volume/
+MOUNT = Path("/state")  # where the pods see volume/
+SAMPLE_CLAIM = "pulumi-stack-operator-sample-state"  # volume/, claimed in the sample's namespace
 # Waiting reasons of the operator's container that only a change of ours would cure.
 FAILED = {
     "CrashLoopBackOff",
@@ -281,6 +283,13 @@ class NodeDev:
     def _apply_sample(self, repo: str) -> None:
         output = MOUNT / self.output.relative_to(self.volume)
         manifests = dev.sample_manifests(repo, MOUNT / "backend", output)
+        # The run pods (--runner=pod) mount volume/ at /state through a claim in the
+        # sample's namespace; the local runner (--runner=local) uses the operator's mount.
+        claim = deployment.state_volume(self.volume, dev.NAMESPACE, SAMPLE_CLAIM, SAMPLE_CLAIM)
+        for obj in manifests:
+            if obj["kind"] == "Stack":
+                obj["spec"]["workspaceTemplate"] = deployment.state_workspace(SAMPLE_CLAIM)
+        manifests = [*claim, *manifests]
         self.manifest.write_text(yaml.safe_dump_all(manifests))
         # The CRD came with manifests/default; discovery may serve it a moment later.
         deadline = time.monotonic() + 60

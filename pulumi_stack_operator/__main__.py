@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("json", "info")
         from pulumi_stack_operator import agent  # noqa: PLC0415
 
-        return agent.main()
+        return agent.main(args[1:])
     cfg = parse_config(args)
     configure_logging(cfg.manager.log_format, cfg.manager.log_level)
     # No *_created series: they double the exposition, client-go's metrics have none, and

@@ -2,9 +2,11 @@
 
 It reads its job from the pod's environment: ``PSO_JOB`` (the JSON the reconciler built:
 source, stack, config; no secret value), ``PSO_OPERATION`` (``up``, ``preview`` or
-``destroy``), and the ``PSO_SECRET_<n>`` variables the kubelet filled from the Stack's
-Secrets. It checks the source out, runs the operation with ``LocalRunner`` (the same code
-as the local runner: scrubbing, progress, outcome), and prints its reports on stdout
+``destroy``), and the variables the kubelet filled from the Stack's Secrets. As the
+``checkout`` init container (``agent checkout``) it checks the source out into the
+workspace; only it has the git credentials (``PSO_GIT_<n>``). As the run container it runs
+the operation with ``LocalRunner`` (the same code as the local runner: scrubbing, progress,
+outcome) with the ``PSO_SECRET_<n>`` values, and prints its reports on stdout
 (``reconcile.runner.channel``); its own log goes to stderr.
 
 The program's environment is the pod's (the Stack's ``workspaceTemplate`` env, the
@@ -25,7 +27,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,9 +38,9 @@ import structlog
 
 from reconcile.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
 from reconcile.runner import locks as backend_locks
-from reconcile.runner.channel import outcome_line, progress_line
+from reconcile.runner.channel import fitted, outcome_line, parse_line, progress_line
 from reconcile.runner.failures import StepFailedError
-from reconcile.runner.job import SECRET_ENV_PREFIX
+from reconcile.runner.job import GIT_ENV_PREFIX, SECRET_ENV_PREFIX
 from reconcile.runner.project import load_project
 from reconcile.runner.types import failed_outcome
 from reconcile.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
@@ -46,6 +48,8 @@ from reconcile.source import GitCredentials, ProgramDirError, SourceError, check
 log = structlog.get_logger(__name__)
 
 WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", "/workspace"))
+SOURCE = WORKSPACE / "source"
+CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class AgentJob:
         if operation not in ("up", "preview", "destroy"):
             msg = f"PSO_OPERATION is up, preview or destroy, not {operation!r}"
             raise ValueError(msg)
-        secrets = {k: v for k, v in environ.items() if k.startswith(SECRET_ENV_PREFIX)}
+        prefixes = (SECRET_ENV_PREFIX, GIT_ENV_PREFIX)
+        secrets = {k: v for k, v in environ.items() if k.startswith(prefixes)}
         return cls(json.loads(environ["PSO_JOB"]), operation, secrets)
 
     def value(self, ref: Mapping[str, str]) -> str:
@@ -106,9 +111,15 @@ class AgentJob:
         )
 
 
-def main(environ: Mapping[str, str] | None = None) -> int:
-    """Run the pod's job and print its outcome; 0 once the outcome is printed."""
+def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:
+    """``checkout`` (the init container) or run the job and print its outcome; 0 when done.
+
+    A failed checkout is not an exit status: it is written as the run's outcome into
+    ``CHECKOUT_FAILED``, which the run container then reports instead of running.
+    """
     environ = dict(os.environ if environ is None else environ)
+    if list(args) == ["checkout"]:
+        return checkout_only(environ)
     stop = threading.Event()
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -118,23 +129,36 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
     job = AgentJob.from_environment(environ)
-    for name in list(os.environ):  # the CLI gets only what the request says
-        if name.startswith("PSO_"):
-            del os.environ[name]
-    outcome = run(job, environ, stop)
+    _forget_environment()
+    outcome = fitted(run(job, environ, stop))
     print(outcome_line(outcome), flush=True)  # noqa: T201 - the report channel is stdout
     return 0
 
 
+def checkout_only(environ: Mapping[str, str]) -> int:
+    """The init container: check the source out into the workspace; 0 even if that failed."""
+    job = AgentJob.from_environment(environ)
+    _forget_environment()
+    failed = _checkout(job, _now())
+    if failed is not None:
+        CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
+    return 0
+
+
 def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Outcome:
-    """Check out, then run the job's operation (once more after releasing a dead lock)."""
+    """Run the job's operation on the checkout (once more after releasing a dead lock)."""
     from pulumi_stack_operator.wiring import pulumi_command  # noqa: PLC0415 - heavy import
 
     started = _now()
-    prepared = _checkout(job, started)
-    if isinstance(prepared, Outcome):
-        return prepared
-    request = job.request(prepared, environ)
+    if CHECKOUT_FAILED.exists():
+        failed = parse_line(CHECKOUT_FAILED.read_text().strip())
+        if isinstance(failed, Outcome):
+            return failed
+    try:
+        work_dir = program_dir(SOURCE, job.job.get("repoDir"))
+    except ProgramDirError as err:
+        return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
+    request = job.request(work_dir, environ)
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
     store = WORKSPACE / ".pulumi-home"
     store.mkdir(parents=True, exist_ok=True)
@@ -146,16 +170,21 @@ def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Out
     return outcome
 
 
-def _checkout(job: AgentJob, started: datetime) -> Path | Outcome:
+def _checkout(job: AgentJob, started: datetime) -> Outcome | None:
+    """Check the job's commit out into ``SOURCE``; the failed outcome, or None."""
     spec = job.job
-    source = WORKSPACE / "source"
     try:
-        checkout(spec["repo"], source, commit=spec["commit"], credentials=job.credentials())
-        return program_dir(source, spec.get("repoDir"))
+        checkout(spec["repo"], SOURCE, commit=spec["commit"], credentials=job.credentials())
     except SourceError as err:
         return _failed(job, started, ErrorKind.SETUP_FAILED, f"checking the source out: {err}")
-    except ProgramDirError as err:
-        return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
+    return None
+
+
+def _forget_environment() -> None:
+    """Drop every ``PSO_`` variable: child processes get only what the request says."""
+    for name in list(os.environ):
+        if name.startswith("PSO_"):
+            del os.environ[name]
 
 
 def _release_own_locks(runner: LocalRunner, request: UpdateRequest) -> bool:
@@ -174,6 +203,7 @@ def _release_own_locks(runner: LocalRunner, request: UpdateRequest) -> bool:
         return False
     for lock in found:
         lock.path.unlink(missing_ok=True)
+        Path(f"{lock.path}.attrs").unlink(missing_ok=True)  # gocloud fileblob's metadata
     log.warning("Released the lock an earlier run pod of this Stack left", locks=len(found))
     return True
 

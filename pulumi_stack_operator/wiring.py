@@ -23,6 +23,7 @@ from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
 from reconcile.acknowledge import Acknowledger
 from reconcile.collaborators import Collaborators, GitSource, StackPatcher
+from reconcile.interrupts import RunInterrupts
 from reconcile.policy import Policy
 from reconcile.refs import SecretReader
 from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, Runner
@@ -160,7 +161,8 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         return not cfg.manager.leader_elect or context.leading_since() is not None
 
     acknowledger = Acknowledger(writer, context.view, active=active)
-    context.handlers.append(acknowledger)
+    interrupts = RunInterrupts()
+    context.handlers.extend((acknowledger, interrupts))
     context.closers.extend((acknowledger.close, writer.close, recorder.close))
     context.liveness_checks.extend((acknowledger.alive, writer.alive, recorder.alive))
     parts = Collaborators(
@@ -173,6 +175,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         patcher=StackPatcher(context.api_client),
         source=GitSource(),
         clock=RealClock(),
+        interrupts=interrupts,
     )
     return StackReconciler(parts, settings(cfg, context, work_root))
 

@@ -13,7 +13,9 @@ API server in the operator. The interfaces name only what the reconciler calls:
   an API client); ``source`` (``Source``; ``GitSource`` runs git); ``patcher``
   (``MetadataPatcher``; ``StackPatcher`` patches through the API) for finalizers;
 - ``clock`` (``controller.clock.Clock``): ``wall()`` for times written to status,
-  ``now()`` for durations and the leader takeover wait.
+  ``now()`` for durations and the leader takeover wait;
+- ``interrupts`` (``reconcile.interrupts.RunInterrupts``): the runs in flight, interrupted
+  when their Stack is deleted (the operator also registers it as an informer handler).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from controller.clock import Clock, RealClock
 from controller.reconciler import TransientError
 from controller.retry import with_retries
 from reconcile.context import Mutation
+from reconcile.interrupts import RunInterrupts
 from reconcile.resource import GROUP, PLURAL, VERSION
 from reconcile.runner import Runner
 from reconcile.source import GitCredentials, checkout, program_dir, resolve_revision
@@ -193,3 +196,4 @@ class Collaborators:
     patcher: MetadataPatcher
     source: Source = dataclasses.field(default_factory=GitSource)
     clock: Clock = dataclasses.field(default_factory=RealClock)
+    interrupts: RunInterrupts = dataclasses.field(default_factory=RunInterrupts)

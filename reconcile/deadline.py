@@ -31,13 +31,17 @@ class RunStop:
         *,
         clock: Clock | None = None,
         poll: float = POLL_SECONDS,
+        interrupt: threading.Event | None = None,
     ) -> None:
         """Follow ``stop``; fire ``timeout`` seconds (of ``clock``) after ``__enter__`` too.
 
-        ``poll`` is how often, in real seconds, the watcher looks at both.
+        ``interrupt`` (the Stack is being deleted) fires it too, with cause ``interrupt``
+        and ``interrupted`` set. ``poll`` is how often, in real seconds, the watcher looks.
         """
         self.event = StopSignal()
         self.timed_out = False
+        self.interrupted = False
+        self._interrupt = interrupt or threading.Event()
         self._stop, self._timeout = stop, timeout
         self._clock, self._poll = clock or RealClock(), poll
         self._done = threading.Event()
@@ -63,6 +67,10 @@ class RunStop:
         while not self._done.wait(self._poll):
             if self._stop.is_set():
                 self.event.set_for("shutdown")
+                return
+            if self._interrupt.is_set():
+                self.interrupted = True
+                self.event.set_for("interrupt")
                 return
             if self._clock.now() >= self._deadline:
                 self.timed_out = True

@@ -21,7 +21,7 @@ from reconcile.context import Pass, Plan, Settings
 from reconcile.decide import Decision, Observed, Requests
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operator
-from reconcile.prepare import Preparer
+from reconcile.prepare import Preparer, RemoteSpecError
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
 from reconcile.run import observe_update
@@ -74,7 +74,7 @@ class Finalizer:
         try:
             plan = self._plan(at, spec)
             request = self._preparer.request(at, plan)
-        except (MissingSecretError, SourceError, ProgramDirError) as err:
+        except (MissingSecretError, SourceError, ProgramDirError, RemoteSpecError) as err:
             blocked = verdicts.deletion_blocked(f"cannot prepare destroy: {err}", FINALIZER)
             self._effects.execute(at, blocked)
             return

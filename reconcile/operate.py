@@ -41,10 +41,15 @@ class Attempt:
 
 @dataclasses.dataclass(frozen=True)
 class Operated:
-    """An operation's outcome; ``deadline`` is set when the deadline stopped it."""
+    """An operation's outcome and what stopped it, if anything.
+
+    ``deadline`` is set when the deadline stopped it, ``deleting`` when the Stack's
+    deletion did.
+    """
 
     outcome: Outcome
     deadline: float | None = None
+    deleting: bool = False  # the Stack's deletion interrupted it
 
 
 class Operator:
@@ -55,10 +60,17 @@ class Operator:
         self._runner, self._clock = runner, clock
 
     def run(
-        self, attempt: Attempt, on_progress: ProgressCallback, stop: threading.Event
+        self,
+        attempt: Attempt,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+        interrupt: threading.Event | None = None,
     ) -> Operated:
-        """Refresh if asked, then ``up`` or ``preview`` (see the module docstring)."""
-        return self._operate(self._runner.run, attempt, on_progress, stop)
+        """Refresh if asked, then ``up`` or ``preview`` (see the module docstring).
+
+        ``interrupt`` (set when the Stack is being deleted) stops it like its deadline.
+        """
+        return self._operate(self._runner.run, attempt, on_progress, stop, interrupt)
 
     def destroy(self, attempt: Attempt, stop: threading.Event) -> Operated:
         """Destroy the stack's resources and remove the stack (see the module docstring)."""
@@ -70,14 +82,17 @@ class Operator:
         attempt: Attempt,
         on_progress: ProgressCallback,
         stop: threading.Event,
+        interrupt: threading.Event | None = None,
     ) -> Operated:
         request = attempt.request
-        with RunStop(stop, attempt.timeout, clock=self._clock) as run_stop:
+        run_stop = RunStop(stop, attempt.timeout, clock=self._clock, interrupt=interrupt)
+        with run_stop:
             outcome = operation(request, on_progress=on_progress, stop=run_stop.event)
             conflict = outcome.error is ErrorKind.CONFLICT
             if conflict and self._release_dead_lock(request, orphaned=attempt.orphaned):
                 outcome = operation(request, on_progress=on_progress, stop=run_stop.event)
-        return Operated(outcome, attempt.timeout if run_stop.timed_out else None)
+        deadline = attempt.timeout if run_stop.timed_out else None
+        return Operated(outcome, deadline, deleting=run_stop.interrupted)
 
     def _release_dead_lock(self, request: UpdateRequest, *, orphaned: bool) -> bool:
         """Release the stack's lock if a dead update of this operator holds it."""

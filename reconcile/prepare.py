@@ -10,14 +10,19 @@ Secret values go only into the request; they are never logged.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from controller.cache import ObjectKey
+from controller.clock import parse_time
 from reconcile import backend as backends
 from reconcile.collaborators import SecretSource, Source
 from reconcile.context import Inputs, Pass, Plan, Settings
+from reconcile.decide import NEW_GENERATION
 from reconcile.runner import RunJob, SecretEnvNames, UpdateRequest
+from reconcile.runner.job import GIT_ENV_PREFIX
 from reconcile.source import GitCredentials
 from reconcile.spec import GitAuth, ResourceRef, StackSpec
 
@@ -100,8 +105,13 @@ class Preparer:
         )
 
     def _remote_request(self, at: Pass, plan: Plan) -> UpdateRequest:
-        """The request of a run elsewhere: the job, and no checkout or secret value."""
+        """The request of a run elsewhere: the job, and no checkout or secret value.
+
+        Raises:
+            RemoteSpecError: a ``file://`` backend that would live and die with the pod.
+        """
         spec = plan.spec
+        _check_backend_volume(plan.inputs.backend, spec)
         return UpdateRequest(
             work_dir=Path(WORKSPACE_SOURCE),
             stack=spec.stack,
@@ -120,21 +130,25 @@ class Preparer:
     def job(self, at: Pass, plan: Plan) -> RunJob:
         """The run pod's job for ``plan``: every Secret value as a variable the kubelet fills.
 
-        Literal refs go into the job as values (they are in the Stack's spec already).
+        Literal refs go into the job as values (they are in the Stack's spec already). The
+        git credentials get variables of their own, which only the checkout container has.
         """
-        spec, names = plan.spec, SecretEnvNames()
+        spec, names, git_names = plan.spec, SecretEnvNames(), SecretEnvNames(GIT_ENV_PREFIX)
 
-        def ref(value: ResourceRef) -> dict[str, str]:
+        def ref(value: ResourceRef, pool: SecretEnvNames = names) -> dict[str, str]:
             if value.secret is not None:
-                return {"env": names.name(value.secret.name, value.secret.key)}
+                return {"env": pool.name(value.secret.name, value.secret.key)}
             return {"value": str(value.literal)}
+
+        def git_ref(value: ResourceRef) -> dict[str, str]:
+            return ref(value, git_names)
 
         env = {"PULUMI_BACKEND_URL": plan.inputs.backend} if plan.inputs.backend else {}
         document = {
             "repo": str(spec.project_repo),
             "commit": plan.observed.commit,
             "repoDir": spec.repo_dir,
-            "gitAuth": _git_auth(spec.git_auth, ref),
+            "gitAuth": _git_auth(spec.git_auth, git_ref),
             "stack": spec.stack,
             "env": env,
             "envRefs": {name: ref(value) for name, value in spec.env_refs.items()},
@@ -157,15 +171,56 @@ class Preparer:
             service_account=spec.service_account_name,
             document=json.dumps(document, sort_keys=True, separators=(",", ":")),
             secret_env=names.variables(),
+            git_env=git_names.variables(),
             security_profile=workspace.security_profile,
             image=workspace.image,
             image_pull_policy=workspace.image_pull_policy,
             overrides=workspace.pod_json,
             timeout=self._settings.timeout(spec),
+            changed_at=spec_written(at.obj) if plan.decision.why == NEW_GENERATION else None,
         )
 
 
 WORKSPACE_SOURCE = "/workspace/source"
+
+
+class RemoteSpecError(ValueError):
+    """A spec that cannot work with runs in pods (``str``: the field and the fix)."""
+
+
+def _check_backend_volume(backend: str | None, spec: StackSpec) -> None:
+    """Refuse a ``file://`` backend outside every volume the Stack mounts in its run pods."""
+    if not backend or not backend.startswith("file://"):
+        return
+    path = PurePosixPath(backend.removeprefix("file://").split("?", 1)[0] or "/")
+    mounts = [
+        PurePosixPath(str(mount.get("mountPath")))
+        for mount in spec.workspace.overrides().get("volumeMounts", [])
+    ]
+    if any(path == mount or mount in path.parents for mount in mounts):
+        return
+    field = "spec.backend" if spec.backend else "the operator's --default-backend"
+    msg = (
+        f"{field}: {backend} would be in the run pod's own filesystem (--runner=pod) and "
+        "the stack's state would go with the pod; mount a volume at it (or a parent) "
+        "through spec.workspaceTemplate.spec.podTemplate (a persistentVolumeClaim) or use "
+        "a backend outside the pod"
+    )
+    raise RemoteSpecError(msg)
+
+
+def spec_written(obj: Mapping[str, Any]) -> datetime | None:
+    """When the Stack's spec was last written: its newest managedFields entry touching it.
+
+    Seconds precision (the API server's); None when no entry says.
+    """
+    times = [
+        parse_time(entry.get("time"))
+        for entry in obj.get("metadata", {}).get("managedFields") or ()
+        if not entry.get("subresource") and "f:spec" in (entry.get("fieldsV1") or {})
+    ]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def _message(key: ObjectKey, plan: Plan) -> str:

@@ -17,7 +17,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import structlog
 
@@ -28,9 +30,10 @@ from reconcile import report
 from reconcile import verdict as verdicts
 from reconcile.collaborators import Collaborators, StatusSink
 from reconcile.context import Pass, Plan, Settings
+from reconcile.deadline import RunStop
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operated, Operator
-from reconcile.prepare import Preparer
+from reconcile.prepare import Preparer, RemoteSpecError
 from reconcile.runner import ErrorKind, Progress
 from reconcile.source import ProgramDirError, SourceError
 from status.conditions import Reason
@@ -66,12 +69,13 @@ class Runs:
             if err.transient:
                 return self._effects.execute(at, verdicts.source_unreachable(str(err), say_so=True))
             return self._not_started(at, plan, verdicts.source_reason(err.reason), str(err))
-        except ProgramDirError as err:
+        except (ProgramDirError, RemoteSpecError) as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
         attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
         progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
         try:
-            operated = self._operator.run(attempt, progress, stop)
+            with self._running(at) as deleting:
+                operated = self._operator.run(attempt, progress, stop, deleting)
         finally:
             progress.close()
         if operated.outcome.error is ErrorKind.DETACHED:  # the next instance attaches
@@ -97,11 +101,18 @@ class Runs:
             return None
         try:
             request = self._preparer.request(at, plan)
-        except (SourceError, ProgramDirError):
+        except (SourceError, ProgramDirError, RemoteSpecError):
             return None
         progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
+        timeout = self._settings.timeout(plan.spec)
         try:
-            outcome = self._parts.runner.attach(request, on_progress=progress, stop=stop)
+            with (
+                self._running(at) as deleting,
+                RunStop(stop, timeout, clock=self._parts.clock, interrupt=deleting) as run_stop,
+            ):
+                outcome = self._parts.runner.attach(
+                    request, on_progress=progress, stop=run_stop.event
+                )
         finally:
             progress.close()
         if outcome is None:
@@ -109,7 +120,20 @@ class Runs:
         log.info("Attached to the run a gone operator instance left", error=str(outcome.error))
         if outcome.error is ErrorKind.DETACHED:
             return Result()
-        return self._conclude(at, plan, Operated(outcome))
+        deadline = timeout if run_stop.timed_out else None
+        return self._conclude(at, plan, Operated(outcome, deadline, run_stop.interrupted))
+
+    @contextlib.contextmanager
+    def _running(self, at: Pass) -> Iterator[threading.Event]:
+        """Register the Stack's run: the event is set when the Stack is (being) deleted.
+
+        Set at once if this process already saw the deletion (before the run registered).
+        """
+        with self._parts.interrupts.running(at.key) as deleting:
+            newest = self._parts.view.get(at.key)
+            if newest is None or newest["metadata"].get("deletionTimestamp"):
+                deleting.set()
+            yield deleting
 
     def _conclude(self, at: Pass, plan: Plan, operated: Operated) -> Result:
         """Record the outcome and execute its verdict."""
@@ -121,6 +145,7 @@ class Runs:
             commit=plan.observed.commit,
             now=now,
             deadline=operated.deadline,
+            deleting=operated.deleting,
         )
         verdict = verdicts.of_run(facts, plan.spec, self._settings.policy)
         observe_update(self._parts, operated, verdict)

@@ -74,6 +74,7 @@ EVENTS: Mapping[str, str] = {
 SUCCEEDED, FAILED, INTERRUPTED, CONFLICT = "succeeded", "failed", "interrupted", "conflict"
 SUSPENDED_MESSAGE = "Suspended: no Pulumi runs while spec.suspend is true"
 INTERRUPTED_MESSAGE = "Interrupted by an operator shutdown; it resumes when the operator restarts"
+DELETING_MESSAGE = "Interrupted: the Stack is being deleted; its finalizer runs next"
 SOURCE_RETRY_MESSAGE = "The source is unreachable; retrying with backoff"
 
 _KIND_REASONS = {
@@ -167,7 +168,8 @@ class RunFacts:
     """What a run's verdict is judged from besides the policy and the spec.
 
     ``outcome`` is the runner's; ``deadline`` the run's deadline in seconds when it
-    stopped the run (None: it did not); ``now`` the wall time the run is concluded at.
+    stopped the run (None: it did not); ``now`` the wall time the run is concluded at;
+    ``deleting`` says the Stack's deletion interrupted it.
     """
 
     outcome: Outcome
@@ -176,6 +178,7 @@ class RunFacts:
     commit: str
     now: datetime.datetime
     deadline: float | None = None
+    deleting: bool = False
 
 
 # -- runs ------------------------------------------------------------------------------
@@ -253,13 +256,13 @@ def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
             event=Notice(Reason.SUCCEEDED, done),
             requeue_after=resync_period(spec),
         )
-    if outcome.error is ErrorKind.INTERRUPTED:  # shutting down; the next start resumes
+    if outcome.error is ErrorKind.INTERRUPTED:  # shutting down (or deleted): it resumes
+        message = DELETING_MESSAGE if facts.deleting else INTERRUPTED_MESSAGE
+        event = "Update interrupted: the Stack is being deleted" if facts.deleting else None
         return dataclasses.replace(
             conclusion,
-            conditions=Conditions(
-                Shape.RETRYING, Reason.INTERRUPTED, INTERRUPTED_MESSAGE, INTERRUPTED_MESSAGE
-            ),
-            event=Notice(Reason.INTERRUPTED, "Update interrupted by shutdown"),
+            conditions=Conditions(Shape.RETRYING, Reason.INTERRUPTED, message, message),
+            event=Notice(Reason.INTERRUPTED, event or "Update interrupted by shutdown"),
         )
     if outcome.error is ErrorKind.CONFLICT:
         message = f"Waiting for another update to finish: {outcome.message}"

@@ -245,6 +245,13 @@ class RunPodMetrics:
             buckets=START_BUCKETS,
             registry=registry,
         )
+        self.spec_latency = Histogram(
+            "pulumi_stack_run_pod_spec_to_running_seconds",
+            "Time from a Stack's spec change (its write, seconds precision) to the run pod "
+            "for it running.",
+            buckets=START_BUCKETS,
+            registry=registry,
+        )
         for reason in POD_FAILURE_REASONS:
             self.failed.labels(reason)
 
@@ -259,3 +266,7 @@ class RunPodMetrics:
     def pod_started(self, seconds: float) -> None:
         """A run pod's container started ``seconds`` after the pod was created."""
         self.start_latency.observe(seconds)
+
+    def spec_to_running(self, seconds: float) -> None:
+        """A run pod for a spec change ran ``seconds`` after the change was written."""
+        self.spec_latency.observe(seconds)

@@ -12,6 +12,7 @@ could anyway. A malformed line is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from typing import Any, get_args
@@ -48,6 +49,21 @@ def outcome_line(outcome: Outcome) -> str:
         "ended": outcome.ended.isoformat(),
     }
     return PREFIX + json.dumps({"outcome": body}, separators=(",", ":"), default=str)
+
+
+def fitted(outcome: Outcome, limit: int = MAX_LINE // 2) -> Outcome:
+    """``outcome`` with outputs cut until its line fits in ``limit`` characters.
+
+    The largest outputs first become ``"[truncated: N bytes]"`` (as the status shows
+    outputs too large to keep); the operator never drops the line as too long.
+    """
+    outputs = dict(outcome.outputs)
+    sizes = {k: len(json.dumps(v, default=str)) for k, v in outputs.items()}
+    for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
+        if len(outcome_line(dataclasses.replace(outcome, outputs=outputs))) <= limit:
+            break
+        outputs[key] = f"[truncated: {sizes[key]} bytes]"
+    return dataclasses.replace(outcome, outputs=outputs)
 
 
 def parse_line(line: str) -> Progress | Outcome | None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 SECRET_ENV_PREFIX = "PSO_SECRET_"  # noqa: S105 - a variable name prefix
-"""Names of the run pod's variables that the kubelet fills from Secrets."""
+"""Names of the run container's variables that the kubelet fills from Secrets."""
+GIT_ENV_PREFIX = "PSO_GIT_"
+"""Names of the checkout container's variables (the git credentials) filled from Secrets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +35,13 @@ class RunJob:
 
     ``namespace``/``stack_name``/``stack_uid``/``generation``/``commit`` identify the Stack
     and the generation the run is for (they become the pod's owner, labels and
-    annotations). ``document`` is the agent's job (JSON, no secret values), ``secret_env``
-    the variables the kubelet fills. ``security_profile``, ``image``,
+    annotations). ``document`` is the agent's job (JSON, no secret values); ``secret_env``
+    the run container's variables the kubelet fills, ``git_env`` the checkout container's
+    (the git credentials, which the program never gets). ``security_profile``, ``image``,
     ``image_pull_policy`` and ``overrides`` are the Stack's validated ``workspaceTemplate``
-    (``overrides`` as canonical JSON). ``timeout`` is the run's deadline in seconds.
+    (``overrides`` as canonical JSON). ``timeout`` is the run's deadline in seconds;
+    ``changed_at`` when the spec change this run is for was written (None: not a spec
+    change).
     """
 
     namespace: str
@@ -46,11 +52,13 @@ class RunJob:
     service_account: str
     document: str
     secret_env: tuple[SecretEnv, ...] = ()
+    git_env: tuple[SecretEnv, ...] = ()
     security_profile: str = "restricted"
     image: str | None = None
     image_pull_policy: str | None = None
     overrides: str = "{}"
     timeout: float = 7200.0
+    changed_at: datetime | None = None
 
     def job(self) -> dict[str, Any]:
         """The agent's job, decoded (a fresh dict)."""
@@ -66,15 +74,16 @@ class RunJob:
 class SecretEnvNames:
     """Hands out one pod variable per distinct Secret key (``PSO_SECRET_0``, …)."""
 
-    def __init__(self) -> None:
-        """No variable handed out yet."""
+    def __init__(self, prefix: str = SECRET_ENV_PREFIX) -> None:
+        """No variable handed out yet; names are ``prefix`` and a number."""
         self._names: dict[tuple[str, str], str] = {}
+        self._prefix = prefix
 
     def name(self, secret: str, key: str) -> str:
         """The variable that holds ``key`` of Secret ``secret``."""
         found = self._names.get((secret, key))
         if found is None:
-            found = f"{SECRET_ENV_PREFIX}{len(self._names)}"
+            found = f"{self._prefix}{len(self._names)}"
             self._names[(secret, key)] = found
         return found
 

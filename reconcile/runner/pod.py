@@ -31,6 +31,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -64,6 +66,9 @@ Pod = Mapping[str, Any]
 """A pod as the API serves it (camelCase JSON)."""
 
 DEFAULT_START_TIMEOUT = 600.0  # seconds a run pod may stay unscheduled or not started
+API_TIMEOUT = 30  # seconds: connect and read of one API call
+LOG_READ_TIMEOUT = 120  # seconds of a silent log stream before the pod is looked at again
+GONE_TIMEOUT = 300  # seconds past its grace an earlier run pod may take to be gone
 CANNOT_START = frozenset(
     {
         "ErrImagePull",
@@ -91,6 +96,10 @@ class PodMetrics(Protocol):
         """A run pod's container started ``seconds`` after the pod was created."""
         ...
 
+    def spec_to_running(self, seconds: float) -> None:
+        """A run pod for a spec change ran ``seconds`` after the change was written."""
+        ...
+
 
 class _NoMetrics:
     def pod_created(self) -> None:
@@ -100,6 +109,9 @@ class _NoMetrics:
         del reason
 
     def pod_started(self, seconds: float) -> None:
+        del seconds
+
+    def spec_to_running(self, seconds: float) -> None:
         del seconds
 
 
@@ -164,7 +176,7 @@ class PodRunner:
         if _is_run(pod, job, operation):
             log.info("Attaching to the Stack's run pod", pod=podspec.pod_name(job.stack_name))
             return _PodRun(self, job, pod, operation, _now()).follow(report, stopping)
-        cleared = self._clear(job, pod, stopping)
+        cleared = self._clear(job, pod, operation, stopping)
         return cleared if cleared is not None and cleared.error is ErrorKind.DETACHED else None
 
     def locks(self, request: UpdateRequest) -> list[LockInfo] | None:
@@ -195,58 +207,94 @@ class PodRunner:
         existing = self.read(job)
         if existing is not None and _is_run(existing, job, operation):
             return _PodRun(self, job, existing, operation, started).follow(on_progress, stop)
-        if existing is not None and (cleared := self._clear(job, existing, stop)) is not None:
-            return cleared
+        if existing is not None:
+            cleared = self._clear(job, existing, operation, stop)
+            if cleared is not None:
+                return cleared
+        if stop.is_set():  # stopped while an earlier pod ended: start nothing
+            return _stopped(operation, started, stop)
+        return self._create(job, operation, on_progress, stop, started)
+
+    def _create(
+        self,
+        job: RunJob,
+        operation: Operation,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+        started: datetime,
+    ) -> Outcome:
         manifest = podspec.run_pod(job, operation, image=self.image, grace=self._grace)
         try:
-            created = self._core.create_namespaced_pod(job.namespace, manifest)  # type: ignore[arg-type]
+            created = self._core.create_namespaced_pod(
+                job.namespace,
+                manifest,  # type: ignore[arg-type]
+                _request_timeout=API_TIMEOUT,
+            )
         except ApiException as err:
+            raced = self.read(job) if err.status == 409 else None
+            if raced is not None and _is_run(raced, job, operation):
+                return _PodRun(self, job, raced, operation, started).follow(on_progress, stop)
             return _failed(operation, started, f"creating the run pod failed: {_api_text(err)}")
         pod: Pod = self._api.sanitize_for_serialization(created)
         self._metrics.pod_created()
         log.info("Created the run pod", pod=_name(pod), operation=operation)
         return _PodRun(self, job, pod, operation, started).follow(on_progress, stop)
 
-    def _clear(self, job: RunJob, pod: Pod, stop: threading.Event) -> Outcome | None:
+    def _clear(
+        self, job: RunJob, pod: Pod, operation: str, stop: threading.Event
+    ) -> Outcome | None:
         """Remove a run pod that is not this run's; None once it is gone.
 
         An earlier run pod of this Stack that still runs is waited for first (at most one
-        run per Stack); a pod the operator did not create for this Stack is refused.
+        run per Stack), or interrupted when this run is a ``destroy``; a pod the operator
+        did not create for this Stack is refused.
         """
-        name = _name(pod)
-        labels = _labels(pod)
+        name, labels = _name(pod), _labels(pod)
         if labels.get(podspec.LABEL_MANAGED_BY) != podspec.MANAGED_BY:
             message = (
                 f"a pod named {name} that this operator did not create exists in namespace "
                 f"{job.namespace}; the Stack's run pod needs that name: delete or rename it"
             )
-            return _failed("up", _now(), message)
+            return _failed(operation, _now(), message)
         if labels.get(podspec.LABEL_STACK_UID) == job.stack_uid and not _finished(pod):
-            log.info("Waiting for the Stack's earlier run pod to end", pod=name)
-            earlier = _annotation(pod, podspec.ANNOTATION_OPERATION) or "up"
-            ended = _PodRun(self, job, pod, earlier, _now(), keep=True).follow(
-                lambda _progress: None, stop
+            earlier = _PodRun(
+                self, job, pod, _annotation(pod, podspec.ANNOTATION_OPERATION) or "up", _now()
             )
+            earlier.keep = True
+            if operation == "destroy":
+                earlier.interrupt()
+            log.info("Waiting for the Stack's earlier run pod to end", pod=name)
+            ended = earlier.follow(lambda _progress: None, stop)
             if ended.error is ErrorKind.DETACHED:
-                return ended
+                return _detached(operation, ended.started)
         self.delete(job, _uid(pod))
-        return self._wait_gone(job, _uid(pod), stop)
+        return self._wait_gone(job, _uid(pod), operation, stop)
 
-    def _wait_gone(self, job: RunJob, uid: str, stop: threading.Event) -> Outcome | None:
-        while True:
-            pod = self.read(job)
-            if pod is None or _uid(pod) != uid:
-                return None
-            if stop.is_set() and stop_cause(stop) == "shutdown":
-                return _detached("up", _now())
+    def _wait_gone(
+        self, job: RunJob, uid: str, operation: str, stop: threading.Event
+    ) -> Outcome | None:
+        """None once the pod ``uid`` is gone; an outcome if stopped or it never goes."""
+        started, give_up = _now(), time.monotonic() + self._grace + GONE_TIMEOUT
+        while (pod := self.read(job)) is not None and _uid(pod) == uid:
+            if stop.is_set():
+                return _stopped(operation, started, stop)
+            if time.monotonic() > give_up:
+                message = (
+                    f"the earlier run pod {job.namespace}/{_name(pod)} is still terminating; "
+                    "the run waits for it to be gone (check its node and finalizers)"
+                )
+                return _failed(operation, started, message)
             time.sleep(self._poll)
+        return None
 
     # API calls ----------------------------------------------------------------------------
 
     def read(self, job: RunJob) -> Pod | None:
         """The Stack's run pod, or None when there is none."""
         try:
-            found = self._core.read_namespaced_pod(podspec.pod_name(job.stack_name), job.namespace)
+            found = self._core.read_namespaced_pod(
+                podspec.pod_name(job.stack_name), job.namespace, _request_timeout=API_TIMEOUT
+            )
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -261,36 +309,41 @@ class PodRunner:
             body.grace_period_seconds = int(grace) + 5
         try:
             self._core.delete_namespaced_pod(
-                podspec.pod_name(job.stack_name), job.namespace, body=body
+                podspec.pod_name(job.stack_name),
+                job.namespace,
+                body=body,
+                _request_timeout=API_TIMEOUT,
             )
         except ApiException as err:
             if err.status not in (404, 409):  # gone, or already another pod
                 raise
 
     def logs(self, job: RunJob) -> BaseHTTPResponse:
-        """The run pod's log, followed (a streaming urllib3 response)."""
+        """The run pod's log, followed (a streaming urllib3 response).
+
+        A read times out after ``LOG_READ_TIMEOUT`` seconds of silence: a connection a
+        load balancer dropped is noticed, and the pod is looked at again.
+        """
         return self._core.read_namespaced_pod_log(  # type: ignore[return-value]
             podspec.pod_name(job.stack_name),
             job.namespace,
             container=podspec.CONTAINER,
             follow=True,
             _preload_content=False,
-            _request_timeout=(30, 86400 * 7),
+            _request_timeout=(API_TIMEOUT, LOG_READ_TIMEOUT),
         )
 
 
 class _PodRun:
     """Following one run pod to its outcome (one per call; not shared)."""
 
-    def __init__(  # noqa: PLR0913 - one run's facts
+    def __init__(
         self,
         runner: PodRunner,
         job: RunJob,
         pod: Pod,
         operation: str,
         started: datetime,
-        *,
-        keep: bool = False,
     ) -> None:
         self.runner, self.job, self.operation, self.started = runner, job, operation, started
         self.uid, self.name = _uid(pod), _name(pod)
@@ -298,7 +351,7 @@ class _PodRun:
         self.last = pod
         self.interrupted = False
         self.started_seen = False
-        self.keep = keep  # keep the pod (an earlier run's, deleted by the caller)
+        self.keep = False  # keep the pod (an earlier run's, deleted by the caller)
 
     def follow(self, on_progress: ProgressCallback, stop: threading.Event) -> Outcome:
         """Follow the pod until it reports an outcome or ends without one."""
@@ -320,8 +373,7 @@ class _PodRun:
                 outcome = self.read_reports(on_progress, stop)
                 if outcome is not None:
                     return outcome
-                continue
-            if time.monotonic() - waiting_since > self.runner._start_timeout:  # noqa: SLF001
+            elif time.monotonic() - waiting_since > self.runner._start_timeout:  # noqa: SLF001
                 return self.fail("NotStarted", _pending_reason(pod))
             time.sleep(self.runner._poll)  # noqa: SLF001
 
@@ -330,9 +382,8 @@ class _PodRun:
         try:
             response = self.runner.logs(self.job)
         except ApiException as err:
-            if err.status in (400, 404):  # not started yet / gone: look again
-                time.sleep(self.runner._poll)  # noqa: SLF001
-                return None
+            if err.status in (400, 404):  # not readable (yet, or any more)
+                return self._after_log()
             raise
         detached = threading.Event()
         reading = threading.Event()
@@ -344,8 +395,8 @@ class _PodRun:
             outcome = _read_log(response, on_progress)
         finally:
             reading.set()
-            response.release_conn()
             watcher.join()
+            _close(response)
         if detached.is_set():
             return _detached(self.operation, self.started)
         if outcome is not None:
@@ -369,21 +420,34 @@ class _PodRun:
         detached: threading.Event,
         reading: threading.Event,
     ) -> None:
+        """While the log is read: detach on shutdown, interrupt on any other stop."""
         while not reading.is_set():
-            if stop.wait(0.2):
+            if not stop.wait(0.2):
+                continue
+            if stop_cause(stop) == "shutdown":
+                detached.set()
+                _unblock(response)
+                return
+            try:
+                self.interrupt()
+            except Exception:  # noqa: BLE001 - the main loop interrupts again
+                log.warning("Could not delete the run pod to interrupt it", pod=self.name)
+                _unblock(response)
+                return
+            # Interrupted: keep reading its outcome, but still detach on a shutdown.
+            while not reading.wait(0.2):
                 if stop_cause(stop) == "shutdown":
                     detached.set()
-                    response.close()
+                    _unblock(response)
                     return
-                self.interrupt()
-                return
+            return
 
     def interrupt(self) -> None:
         """Delete the pod with its grace period: the agent interrupts the CLI (once)."""
         if not self.interrupted:
-            self.interrupted = True
             log.info("Interrupting the run pod", pod=self.name)
             self.runner.delete(self.job, self.uid, grace=self.runner._grace)  # noqa: SLF001
+            self.interrupted = True
 
     def note_started(self, pod: Pod) -> None:
         """Record the pod's start latency, once."""
@@ -393,6 +457,9 @@ class _PodRun:
         state = _container_state(pod)
         running = state.get("running") or state.get("terminated") or {}
         at = _time(running.get("startedAt"))
+        changed = self.job.changed_at
+        if at is not None and changed is not None:
+            self.runner._metrics.spec_to_running(max(0.0, (at - changed).total_seconds()))  # noqa: SLF001
         if at is not None and self.created is not None:
             self.runner._metrics.pod_started(max(0.0, (at - self.created).total_seconds()))  # noqa: SLF001
 
@@ -404,17 +471,23 @@ class _PodRun:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
             return _failed(self.operation, self.started, message)
         if outcome.error is ErrorKind.INTERRUPTED and not self.interrupted:
-            return self.fail("Deleted", f"{self._deleted_by()}; {outcome.message}", delete=False)
+            # SIGTERM the operator did not send: a drain, an eviction, a deadline, a user.
+            pod = self.runner.read(self.job)
+            reason, why = _terminated_reason(pod if pod is not None else self.last)
+            if reason in ("Unknown", "Error", "Completed"):
+                reason, why = "Deleted", self._deleted_by()
+            return self.fail(reason, f"{why}; {outcome.message}", delete=False)
         return outcome
 
     def ended_without_outcome(self, *, gone: bool) -> Outcome:
         """The pod stopped (or vanished) without reporting an outcome."""
         pod = self.last
         reason, message = _terminated_reason(pod)
+        if self.interrupted:  # the operator deleted it: the run was interrupted, as asked
+            note = f"interrupted by the operator; the run pod {self.name} ended without an outcome"
+            return _outcome(self.operation, self.started, ErrorKind.INTERRUPTED, note)
         if gone and reason == "Unknown":
             reason, message = "Deleted", self._deleted_by()
-        if self.interrupted:
-            message = f"interrupted by the operator; {message}"
         return self.fail(reason, message, delete=not gone)
 
     def fail(self, reason: str, message: str, *, delete: bool = True) -> Outcome:
@@ -431,6 +504,20 @@ class _PodRun:
             "the run pod was deleted while the run was in progress (a node drain, an eviction "
             "or a user deleted it); the update was interrupted"
         )
+
+
+def _unblock(response: BaseHTTPResponse) -> None:
+    """Make a read blocked on ``response`` return at once (shutdown wakes it; close does not)."""
+    shutdown = getattr(response, "shutdown", None)
+    if callable(shutdown):
+        with contextlib.suppress(Exception):
+            shutdown()
+
+
+def _close(response: BaseHTTPResponse) -> None:
+    with contextlib.suppress(Exception):
+        response.release_conn()
+        response.close()
 
 
 # pod status --------------------------------------------------------------------------------
@@ -489,9 +576,15 @@ def _finished(pod: Pod) -> bool:
     return _status(pod).get("phase") in ("Succeeded", "Failed")
 
 
-def _container_state(pod: Pod) -> Mapping[str, Any]:
-    for status in _status(pod).get("containerStatuses") or ():
-        if status.get("name") == podspec.CONTAINER:
+def _container_state(pod: Pod, *, init: bool = False) -> Mapping[str, Any]:
+    """The state of the run container (``init``: of the checkout init container)."""
+    field, name = (
+        ("initContainerStatuses", podspec.CHECKOUT)
+        if init
+        else ("containerStatuses", podspec.CONTAINER)
+    )
+    for status in _status(pod).get(field) or ():
+        if status.get("name") == name:
             state: Mapping[str, Any] = status.get("state") or {}
             return state
     return {}
@@ -508,9 +601,11 @@ def _container_terminated(pod: Pod) -> bool:
 
 def _cannot_start(pod: Pod) -> tuple[str, str] | None:
     """(reason, message) of a container the kubelet cannot start; None otherwise."""
-    waiting = _container_state(pod).get("waiting") or {}
-    if waiting.get("reason") in CANNOT_START:
-        return str(waiting["reason"]), str(waiting.get("message") or "")
+    for init in (True, False):
+        waiting = _container_state(pod, init=init).get("waiting") or {}
+        if waiting.get("reason") in CANNOT_START:
+            where = "the checkout container: " if init else ""
+            return str(waiting["reason"]), where + str(waiting.get("message") or "")
     if _finished(pod) and not _container_started(pod):
         return _terminated_reason(pod)
     return None
@@ -535,6 +630,12 @@ def _terminated_reason(pod: Pod) -> tuple[str, str]:
         if terminated.get("message"):
             detail += f": {terminated['message']}"
         return reason, detail
+    checkout = _container_state(pod, init=True).get("terminated")
+    if checkout and checkout.get("exitCode"):
+        detail = f"the checkout container: exit code {checkout.get('exitCode')}"
+        if checkout.get("message"):
+            detail += f": {checkout['message']}"
+        return str(checkout.get("reason") or "Error"), detail
     return "Unknown", ""
 
 
@@ -578,7 +679,13 @@ def _report(on_progress: Callable[[Progress], None], progress: Progress) -> None
 
 
 def _api_text(err: ApiException) -> str:
-    return f"{err.status} {err.reason}"
+    """The status and the API server's own message (a quota, Pod Security, a missing SA)."""
+    text = f"{err.status} {err.reason}"
+    try:
+        message = json.loads(err.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"{text}: {message}" if message else text
 
 
 def _now() -> datetime:
@@ -587,6 +694,13 @@ def _now() -> datetime:
 
 def _failed(operation: str, started: datetime, message: str) -> Outcome:
     return _outcome(operation, started, ErrorKind.RUNNER_FAILED, message)
+
+
+def _stopped(operation: str, started: datetime, stop: threading.Event) -> Outcome:
+    """The outcome of a run stopped before its pod started: detached or interrupted."""
+    if stop_cause(stop) == "shutdown":
+        return _detached(operation, started)
+    return _outcome(operation, started, ErrorKind.INTERRUPTED, "stopped before its pod started")
 
 
 def _detached(operation: str, started: datetime) -> Outcome:

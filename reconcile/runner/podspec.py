@@ -12,7 +12,9 @@ Guarantees of ``run_pod``:
   ``RuntimeDefault``, a read-only root filesystem; ``/workspace`` (checkout, homes) and
   ``/tmp`` are emptyDir volumes. ``baseline`` drops the non-root user and the read-only
   root (images that need root), and keeps the rest.
-* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable.
+* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable. The
+  git credentials are variables of the ``checkout`` init container only, which checks the
+  source out into ``/workspace``; the program's container never has them.
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
@@ -23,9 +25,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from reconcile.runner.job import RunJob
+from reconcile.runner.job import RunJob, SecretEnv
 
 CONTAINER = "pulumi"
+CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
 WORKSPACE = "/workspace"
 UID = 65532
 MANAGED_BY = "pulumi-stack-operator"
@@ -109,6 +112,7 @@ def _pod_spec(
         # operator is gone and a pod that ignores SIGTERM.
         "activeDeadlineSeconds": int(job.timeout + grace) + 60,
         "securityContext": _pod_security(restricted=restricted),
+        "initContainers": [_checkout(job, operation, template, image, restricted=restricted)],
         "containers": [_container(job, operation, template, image, restricted=restricted)],
         "volumes": [
             {"name": "workspace", "emptyDir": {}},
@@ -143,12 +147,26 @@ def _container(
             *template.get("volumeMounts", []),
         ],
         "securityContext": _container_security(restricted=restricted),
+        # A crash's last log lines become the container's termination message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if job.image_pull_policy:
         container["imagePullPolicy"] = job.image_pull_policy
     for key in ("envFrom", "resources"):
         if key in template:
             container[key] = template[key]
+    return container
+
+
+def _checkout(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
+) -> dict[str, Any]:
+    """The init container that checks the source out: the only one with the git credentials."""
+    container = _container(job, operation, template, image, restricted=restricted)
+    container["name"] = CHECKOUT
+    container["command"] = [*AGENT_COMMAND, "checkout"]
+    plain = [e for e in container["env"] if not e["name"].startswith("PSO_SECRET_")]
+    container["env"] = [*plain, *_secret_env(job.git_env)]
     return container
 
 
@@ -160,11 +178,14 @@ def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
         "TMPDIR": "/tmp",  # noqa: S108 - the pod's own emptyDir
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
-    env += [
+    return [*env, *_secret_env(job.secret_env)]
+
+
+def _secret_env(variables: tuple[SecretEnv, ...]) -> list[dict[str, Any]]:
+    return [
         {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
-        for s in job.secret_env
+        for s in variables
     ]
-    return env
 
 
 def _container_security(*, restricted: bool) -> dict[str, Any]:

@@ -81,13 +81,19 @@ def write_overlay(
     return directory
 
 
-def state_volume(path: Path) -> list[dict[str, Any]]:
-    """A hostPath PersistentVolume for ``path`` and the claim bound to it (no provisioner)."""
-    claim_ref = {"namespace": NAMESPACE, "name": STATE}
-    volume = {
+def state_volume(
+    path: Path, namespace: str = NAMESPACE, claim: str = STATE, volume: str = STATE
+) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume ``volume`` for ``path`` and the claim bound to it.
+
+    No provisioner: the volume names its claim (``namespace``/``claim``) and the claim its
+    volume. By default, the operator's own state claim.
+    """
+    claim_ref = {"namespace": namespace, "name": claim}
+    persistent = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": STATE},
+        "metadata": {"name": volume},
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce"],
@@ -97,18 +103,29 @@ def state_volume(path: Path) -> list[dict[str, Any]]:
             "hostPath": {"path": str(path), "type": "Directory"},
         },
     }
-    claim = {
+    bound = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": claim_ref,
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": "",
-            "volumeName": STATE,
+            "volumeName": volume,
             "resources": {"requests": {"storage": "1Gi"}},
         },
     }
-    return [volume, claim]
+    return [persistent, bound]
+
+
+def state_workspace(claim: str, mount: str = "/state") -> dict[str, Any]:
+    """A Stack's ``workspaceTemplate`` that mounts the claim ``claim`` at ``mount``.
+
+    For ``--runner=pod``: the run pods of the Stack then keep a ``file://`` backend (and
+    whatever else the program writes there) on that volume.
+    """
+    volume = {"name": "state", "persistentVolumeClaim": {"claimName": claim}}
+    container = {"name": "pulumi", "volumeMounts": [{"name": "state", "mountPath": mount}]}
+    return {"spec": {"podTemplate": {"spec": {"volumes": [volume], "containers": [container]}}}}
 
 
 def deploy(cluster: NodeCluster, overlay: Path, timeout: int = 240) -> None:

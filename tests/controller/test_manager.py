@@ -151,7 +151,10 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     wait_for(lambda: first.is_leader(lease) or second.is_leader(lease), what="a leader")
     leader, standby = (first, second) if first.is_leader(lease) else (second, first)
     assert not standby.is_leader(lease)
-    assert standby.get("/readyz")[0] == 200  # a standby's cache is warm
+    # A standby's cache is warm: it syncs while it waits (not necessarily before the other
+    # replica wins the Lease, which is all the wait above says).
+    wait_for(lambda: standby.get("/readyz")[0] == 200, what="the standby's cache to sync")
+    assert not standby.is_leader(lease)
 
     create_widget(widgets, namespace, "w1")
     wait_for(lambda: annotation(widgets, namespace, "w1", "reconciled-by"), what="reconcile")

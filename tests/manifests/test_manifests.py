@@ -456,8 +456,8 @@ def operator_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Famili
     """The series names the operator registers, built in-process as the Deployment runs it.
 
     The real ``Manager`` and ``wiring.new_stack_reconciler`` on a fresh registry,
-    with the Deployment's flags; only the Pulumi CLI check is skipped (not needed to
-    register metrics).
+    with the Deployment's flags; only the Pulumi CLI check and the pod runner's look at
+    its own pod (for its image) are skipped (not needed to register metrics).
     """
     work = tmp_path_factory.mktemp("work")
     cfg = parse_config([*container("default")["args"], f"--work-dir={work}"], {})
@@ -470,6 +470,7 @@ def operator_series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Famili
     with pytest.MonkeyPatch.context() as patch:
         # A CLI that is never run: registering metrics needs no Pulumi.
         patch.setattr(wiring, "pulumi_command", lambda: SimpleNamespace(command="pulumi"))
+        patch.setattr(wiring, "own_image", lambda _api, _environ: "pulumi-stack-operator:test")
         patch.setenv("PULUMI_PYTHON_CMD", "python3")
         patch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
         manager = Manager(

@@ -11,13 +11,10 @@ own pod has no such volume: whatever a Stack does happens in its run pod.
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -27,50 +24,14 @@ from testbed.node.deployment import NAMESPACE
 from testbed.waits import wait_for
 from tests.e2e.conftest import Program, Sentinels, Stacks, find
 from tests.e2e.waits import wait_mid_step
-from tests.node.fixtures import STACK_ARGS
-from tests.status.invariants import StackWatcher
+from tests.node.fixtures import CLAIM
 
 pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.e2e]
 
-CLAIM = "state"
-
-
-@pytest.fixture(scope="module")
-def pod_overlay(
-    node_cluster: Any, tmp_path_factory: pytest.TempPathFactory, image_ref: str
-) -> Path:
-    """The operator with ``--runner=pod`` (no state volume of its own), applied."""
-    directory = tmp_path_factory.mktemp("overlay-pod-runner")
-    args = (*STACK_ARGS, "--runner=pod")
-    overlay = deployment.write_overlay(directory, image_ref, args=args)
-    deployment.deploy(node_cluster, overlay)
-    return overlay
-
-
-@pytest.fixture
-def pod_tenant(
-    node_cluster: Any, pod_overlay: Path, state: Path, sentinels: Sentinels
-) -> Iterator[Stacks]:
-    """A fresh namespace: the passphrase Secret, a claim on the host state directory."""
-    deployment.deploy(node_cluster, pod_overlay)  # a no-op unless a test changed it
-    namespace = f"pods-{secrets.token_hex(4)}"
-    node_cluster.kubectl("create", "namespace", namespace)
-    volume, claim = deployment.state_volume(state)
-    volume["metadata"]["name"] = f"state-{namespace}"
-    volume["spec"]["claimRef"] = {"namespace": namespace, "name": CLAIM}
-    claim["metadata"] = {"namespace": namespace, "name": CLAIM}
-    claim["spec"]["volumeName"] = volume["metadata"]["name"]
-    manifest = Path(state.parent / f"{namespace}.yaml")
-    manifest.write_text(yaml.safe_dump_all([volume, claim]))
-    node_cluster.kubectl("apply", "-f", str(manifest))
-    with node_cluster.api_client() as api, StackWatcher(api, namespace) as watcher:
-        stacks = Stacks(api, namespace, state / "backend")
-        stacks.watcher = watcher
-        stacks.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
-        yield stacks
-        watcher.assert_clean()
-    node_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-    node_cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false")
+# Stack names here are the node tests' alone: every tenant's file backend is the same state
+# directory, and a Stack of the same name elsewhere (with another passphrase) shares its
+# backend stack.
+POD_WEB = "pod-web"
 
 
 def pod_stack(stacks: Stacks, name: str, program: Program, **config: str) -> dict[str, Any]:
@@ -81,21 +42,7 @@ def pod_stack(stacks: Stacks, name: str, program: Program, **config: str) -> dic
         backend="file:///state/backend",
         config={"path": f"/state/{name}.txt", "content": "one", **config},
     )
-    body["spec"]["workspaceTemplate"] = {
-        "spec": {
-            "podTemplate": {
-                "spec": {
-                    "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": CLAIM}}],
-                    "containers": [
-                        {
-                            "name": "pulumi",
-                            "volumeMounts": [{"name": "state", "mountPath": "/state"}],
-                        }
-                    ],
-                }
-            }
-        }
-    }
+    body["spec"]["workspaceTemplate"] = deployment.state_workspace(CLAIM)
     return body
 
 
@@ -141,13 +88,13 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     )
     pod_tenant.secret("app", {"token": sentinels.secret_config})
     program = Program(git, tmp_path)
-    body = pod_stack(pod_tenant, "web", program, delay="3")
+    body = pod_stack(pod_tenant, POD_WEB, program, delay="3")
     body["spec"]["serviceAccountName"] = "deployer"
     body["spec"]["secretsRef"] = {
         "token": {"type": "Secret", "secret": {"name": "app", "key": "token"}}
     }
     pod_tenant.create(body)
-    pod = wait_for(lambda: running(pod_tenant, "web"), "the run pod to run", timeout=240)
+    pod = wait_for(lambda: running(pod_tenant, POD_WEB), "the run pod to run", timeout=240)
     spec = pod["spec"]
     [container] = spec["containers"]
     assert spec["serviceAccountName"] == "deployer"
@@ -160,16 +107,16 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     for value in sentinels.values():
         assert value not in json.dumps(pod), "a secret value is in the run pod's spec"
 
-    ready = pod_tenant.wait_ready("web", timeout=240)
+    ready = pod_tenant.wait_ready(POD_WEB, timeout=240)
     assert ready["status"]["outputs"]["content"] == "one"
     assert ready["status"]["outputs"]["secretContent"] == "[secret]"
-    assert (state / "web.txt").read_text() == "one"
-    wait_for(lambda: run_pod(pod_tenant, "web") is None, "the run pod to be deleted", 60)
+    assert (state / f"{POD_WEB}.txt").read_text() == "one"
+    wait_for(lambda: run_pod(pod_tenant, POD_WEB) is None, "the run pod to be deleted", 60)
 
-    pod_tenant.patch("web", {"spec": {"config": {"content": "two", "delay": "0"}}})
-    pod_tenant.wait_ready("web", timeout=240)
-    assert (state / "web.txt").read_text() == "two"
-    pod_tenant.wait_events("web", "UpdateStarted", "Succeeded")
+    pod_tenant.patch(POD_WEB, {"spec": {"config": {"content": "two", "delay": "0"}}})
+    pod_tenant.wait_ready(POD_WEB, timeout=240)
+    assert (state / f"{POD_WEB}.txt").read_text() == "two"
+    pod_tenant.wait_events(POD_WEB, "UpdateStarted", "Succeeded")
     metrics = deployment.metrics_through_service(node_cluster)
     assert "pulumi_stack_run_pods_created_total 2.0" in metrics
     exposed = {

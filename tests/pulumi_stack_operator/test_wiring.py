@@ -17,7 +17,8 @@ from controller.view import ReadYourWritesView
 from pulumi_stack_operator import config, wiring
 from pulumi_stack_operator.config import OperatorConfig, parse_config
 from reconcile.acknowledge import Acknowledger
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE
+from reconcile.interrupts import RunInterrupts
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE, PodRunner
 from status.metrics import MetricsHandler
 from status.writer import StatusWriter
 
@@ -50,7 +51,8 @@ def built(
         writers.append(args)
         return StatusWriter(*args, **kwargs)
 
-    def runner(plugin_store: Path) -> Any:
+    def runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Any:
+        del context, cfg
         stores.append(plugin_store)
         return None
 
@@ -89,10 +91,10 @@ def test_the_runner_is_the_one_named_with_the_shared_plugin_store(
 def test_metrics_acknowledger_closers_and_liveness_are_registered(
     built: tuple[ManagerContext, list[tuple[Any, ...]], list[Path]],
 ) -> None:
-    """Metrics and acknowledger follow the informer; three closers, three liveness checks."""
+    """Metrics, acknowledger and run interrupts follow the informer; three closers, checks."""
     context, _, _ = built
     kinds = [type(handler) for handler in context.handlers]
-    assert kinds == [MetricsHandler, Acknowledger]
+    assert kinds == [MetricsHandler, Acknowledger, RunInterrupts]
     assert len(context.closers) == 3
     assert len(context.liveness_checks) == 3
     assert all(check() for check in context.liveness_checks)
@@ -148,3 +150,26 @@ def test_without_leader_election_no_takeover_wait_is_needed() -> None:
     settings = wiring.settings(cfg, new_context(cfg), Path("/w"))
     assert not settings.sole_runner
     assert settings.takeover_delay >= 0.0
+
+
+def test_the_pod_runner_takes_its_image_from_the_flag_or_its_own_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--run-image`` wins; without it, POD_NAME/POD_NAMESPACE must say where to look."""
+    cfg = parse_config(["--runner=pod", "--run-image=registry.example/pso:1"], {})
+    runner = wiring.pod_runner(new_context(cfg), cfg, Path("/w"))
+    assert isinstance(runner, PodRunner)
+    assert runner.image == "registry.example/pso:1"
+    cfg = parse_config(["--runner=pod"], {})
+    monkeypatch.delenv("POD_NAME", raising=False)
+    with pytest.raises(ValueError, match="--run-image"):
+        wiring.pod_runner(new_context(cfg), cfg, Path("/w"))
+
+
+def test_the_pod_runner_needs_no_takeover_wait() -> None:
+    """A run pod outlives its operator: a new leader attaches at once."""
+    argv = ["--runner=pod", "--leader-elect", "--lease-duration=30", "--renew-deadline=20"]
+    cfg = parse_config(argv, {})
+    settings = wiring.settings(cfg, new_context(cfg), Path("/w"))
+    assert settings.takeover_delay == 0.0
+    assert settings.remote_runs

@@ -6,6 +6,7 @@ import threading
 
 from controller.clock import FakeClock
 from reconcile.deadline import RunStop
+from reconcile.runner.types import stop_cause
 
 
 def test_fires_at_the_deadline_and_says_so() -> None:
@@ -32,3 +33,21 @@ def test_a_run_that_ends_in_time_is_not_stopped() -> None:
         pass
     assert not run.event.is_set()
     assert not run.timed_out
+
+
+def test_each_cause_is_told_apart() -> None:
+    """The operator's stop is ``shutdown``; the deletion interrupt is ``interrupt``."""
+    stop, interrupt = threading.Event(), threading.Event()
+    with RunStop(stop, 3600, poll=0.01, interrupt=interrupt) as run_stop:
+        interrupt.set()
+        assert run_stop.event.wait(5)
+    assert (stop_cause(run_stop.event), run_stop.interrupted, run_stop.timed_out) == (
+        "interrupt",
+        True,
+        False,
+    )
+    stop = threading.Event()
+    with RunStop(stop, 3600, poll=0.01) as run_stop:
+        stop.set()
+        assert run_stop.event.wait(5)
+    assert (stop_cause(run_stop.event), run_stop.interrupted) == ("shutdown", False)

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from controller.reconciler import Result, TransientError
-from reconcile.runner import Outcome, UpdateRequest
+from reconcile.runner import ErrorKind, Outcome, UpdateRequest
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
 from status.events import WARNING
@@ -90,3 +90,27 @@ def test_a_stack_deleted_without_destroy_only_loses_its_finalizer(h: Harness) ->
     assert KEY not in h.cluster.objects
     assert h.runner.operations == ["run"]
     assert h.patcher.patches == [[FINALIZER], []]
+
+
+def test_deleting_a_stack_interrupts_its_run_then_destroys(h: Harness) -> None:
+    """The deletion stops the run in flight (Interrupted, saying why); then the destroy runs."""
+    h.create(destroyOnFinalize=True)
+    h.cluster.objects[KEY]["metadata"]["finalizers"] = [FINALIZER]
+
+    def slow_up(
+        _request: UpdateRequest, _on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        h.delete()  # the informer sees the deletionTimestamp while the update runs
+        h.parts.interrupts.on_update(h.cluster.objects[KEY], h.cluster.objects[KEY])
+        assert stop.wait(10), "the deletion stopped the run"
+        return h.fail(ErrorKind.INTERRUPTED, message="update interrupted by the operator")
+
+    h.runner.then(slow_up)
+    h.reconcile()
+    assert h.kstatus()["Ready"] == ("False", "Interrupted")
+    assert "being deleted" in h.message()
+    assert h.events.posted[-1].message == "Update interrupted: the Stack is being deleted"
+    h.runner.then(h.succeed(operation="destroy"))
+    assert h.reconcile() == Result()
+    assert h.runner.operations == ["run", "destroy"]
+    assert KEY not in h.cluster.objects

@@ -9,6 +9,7 @@ that ends without an outcome is ``RunnerFailed``, retried with backoff.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.reconciler import Result
@@ -114,3 +115,42 @@ def test_with_nothing_to_attach_to_the_left_run_is_interrupted_and_run_again(
     h.reconcile()
     assert h.runner.operations == ["attach", "run"]
     assert h.events.reasons == ["Interrupted", "UpdateStarted", "Succeeded"]
+
+
+def test_a_spec_change_carries_when_it_was_written(tmp_path: Path) -> None:
+    """``changed_at``: the newest managedFields entry touching spec (not status)."""
+    h = remote(tmp_path)
+    h.create()
+    h.cluster.objects[KEY]["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "time": "2026-12-01T10:00:00Z", "fieldsV1": {"f:spec": {}}},
+        {"manager": "ci", "time": "2026-12-01T10:00:07Z", "fieldsV1": {"f:spec": {}}},
+        {
+            "manager": "pulumi-stack-operator",
+            "time": "2026-12-01T10:00:09Z",
+            "subresource": "status",
+            "fieldsV1": {"f:status": {}},
+        },
+    ]
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    assert request.job.changed_at == datetime(2026, 12, 1, 10, 0, 7, tzinfo=UTC)
+
+
+def test_a_file_backend_outside_every_volume_stalls_naming_the_field(tmp_path: Path) -> None:
+    """Its state would die with the pod: InvalidSpec, no run; on a mounted volume it runs."""
+    h = remote(tmp_path)
+    h.create(backend="file:///state/backend")
+    h.reconcile()
+    assert h.kstatus()["Stalled"] == ("True", "InvalidSpec")
+    assert "spec.backend: file:///state/backend" in h.message("Stalled")
+    assert "workspaceTemplate" in h.message("Stalled")
+    assert [name for name, _ in h.runner.calls if name == "run"] == []
+    claim = {"name": "state", "persistentVolumeClaim": {"claimName": "state"}}
+    mount = {"name": "pulumi", "volumeMounts": [{"name": "state", "mountPath": "/state"}]}
+    template = {"spec": {"podTemplate": {"spec": {"volumes": [claim], "containers": [mount]}}}}
+    h.edit(workspaceTemplate=template)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}

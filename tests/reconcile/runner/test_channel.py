@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from reconcile.runner import ErrorKind, Outcome, Progress
-from reconcile.runner.channel import PREFIX, outcome_line, parse_line, progress_line
+from reconcile.runner.channel import PREFIX, fitted, outcome_line, parse_line, progress_line
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
@@ -76,3 +76,13 @@ def test_success_needs_no_error_and_times_need_a_zone() -> None:
     assert not parsed.succeeded
     body["outcome"]["started"] = "2026-12-01T10:00:00"
     assert parse_line(PREFIX + json.dumps(body)) is None
+
+
+def test_an_outcome_too_large_for_a_line_is_fitted_not_lost() -> None:
+    """The largest outputs are cut first; the line then parses (the outcome is kept)."""
+    big = outcome(outputs={"blob": "x" * 5000, "small": "ok"})
+    fit = fitted(big, limit=1000)
+    assert fit.outputs == {"blob": "[truncated: 5002 bytes]", "small": "ok"}
+    assert len(outcome_line(fit)) <= 1000
+    assert parse_line(outcome_line(fit)) == fit
+    assert fitted(outcome()) == outcome()

@@ -84,10 +84,13 @@ class FakePods:
         self.log: list[str] = []
         self.status: dict[str, Any] = {"phase": "Running", "containerStatuses": [running()]}
         self.on_log: Any = None
+        self.on_create: Any = None
 
-    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create_namespaced_pod(
+        self, namespace: str, body: dict[str, Any], **kwargs: Any
+    ) -> dict[str, Any]:
         """Store the pod with a uid and ``status``; 409 when the name is taken."""
-        del namespace
+        del namespace, kwargs
         name = body["metadata"]["name"]
         if name in self.pods:
             raise ApiException(status=409, reason="AlreadyExists")
@@ -95,18 +98,20 @@ class FakePods:
         pod["status"] = self.status
         self.pods[name] = pod
         self.created.append(pod)
+        if self.on_create is not None:
+            self.on_create()
         return pod
 
-    def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
+    def read_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
         """The pod; 404 when there is none."""
-        del namespace
+        del namespace, kwargs
         if name not in self.pods:
             raise ApiException(status=404, reason="NotFound")
         return self.pods[name]
 
-    def delete_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
+    def delete_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> None:
         """Delete at once (recorded)."""
-        del namespace, body
+        del namespace, body, kwargs
         self.deleted.append(name)
         self.pods.pop(name, None)
 
@@ -214,8 +219,45 @@ def test_an_operator_shutdown_leaves_the_run_pod_going() -> None:
     pods = FakePods()
     pods.status = {"phase": "Pending"}
     stop = StopSignal()
-    stop.set_for("shutdown")
+    pods.on_create = lambda: stop.set_for("shutdown")
     outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
     assert outcome.error is ErrorKind.DETACHED
     assert pods.deleted == []
     assert "web-pulumi" in pods.pods
+
+
+def test_a_run_the_operator_stops_is_interrupted_even_without_a_word_from_the_pod() -> None:
+    """Deadline or deletion: the pod is deleted; gone without an outcome, it is Interrupted."""
+    pods = FakePods()
+    pods.status = {"phase": "Pending"}
+    stop = StopSignal()
+    pods.on_create = lambda: stop.set_for("deadline")
+    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert pods.deleted == ["web-pulumi"]
+
+
+def test_a_run_stopped_before_its_pod_starts_creates_none() -> None:
+    """Stopped already (a deadline, a deletion): no pod; Interrupted."""
+    pods = FakePods()
+    stop = StopSignal()
+    stop.set_for("interrupt")
+    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert pods.created == []
+
+
+def test_an_api_error_names_the_api_servers_message() -> None:
+    """A refused create says why (Pod Security, quota), not just 403."""
+    pods = FakePods()
+
+    def refuse(namespace: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        del namespace, body, kwargs
+        err = ApiException(status=403, reason="Forbidden")
+        err.body = '{"message": "pods \\"web-pulumi\\" is forbidden: violates PodSecurity"}'
+        raise err
+
+    pods.create_namespaced_pod = refuse  # type: ignore[method-assign]
+    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert "violates PodSecurity" in outcome.message

@@ -114,3 +114,16 @@ def test_the_template_cannot_take_over_the_runners_labels_or_image() -> None:
     )
     assert pod["metadata"]["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
     assert pod["spec"]["containers"][0]["image"] == "mine:2"
+
+
+def test_only_the_checkout_container_has_the_git_credentials() -> None:
+    """The init container checks out with PSO_GIT_*; the program's container never has them."""
+    pod = manifest(git_env=(SecretEnv("PSO_GIT_0", "git", "token"),))
+    [checkout] = pod["spec"]["initContainers"]
+    [container] = pod["spec"]["containers"]
+    assert checkout["command"] == [*AGENT_COMMAND, "checkout"]
+    assert checkout["securityContext"] == container["securityContext"]
+    names = {e["name"] for e in checkout["env"]}
+    assert "PSO_GIT_0" in names
+    assert "PSO_SECRET_0" not in names
+    assert "PSO_GIT_0" not in {e["name"] for e in container["env"]}
