@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:  # run as a script (hack/dev.py), not as a module
 from kubernetes import client  # noqa: E402 - after the sys.path fix-up above
 
 from testbed.assets import AssetError, find_kube_binary, find_pulumi  # noqa: E402
-from testbed.control_plane import Binaries, ControlPlane  # noqa: E402
+from testbed.control_plane import Binaries, ControlPlane, wait_established  # noqa: E402
 from testbed.git_server import Checkout, GitServer  # noqa: E402
 from testbed.operator import Operator  # noqa: E402
 from testbed.process import ProcessError  # noqa: E402
@@ -247,7 +247,7 @@ class DevCluster:
     def _install_crd(self) -> None:
         kubectl = self.kubectl
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/stacks.pulumi.com")
+        wait_established(kubectl, "stacks.pulumi.com")
         # Discovery serves the new group a moment after Established; until then kubectl
         # (which also caches discovery) cannot map the kind Stack.
         deadline = time.monotonic() + 60

@@ -29,6 +29,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -36,6 +37,7 @@ from kubernetes import client, config
 
 from testbed.certs import TinyCA
 from testbed.process import START_TIMEOUT, Process, ProcessError, free_port
+from testbed.waits import wait_for
 
 HOST = "127.0.0.1"
 _SERVICE_NAMES = (
@@ -330,3 +332,22 @@ def _post_json(url: str, body: dict[str, object]) -> dict[str, dict[str, str]]:
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
         result: dict[str, dict[str, str]] = json.load(response)
         return result
+
+
+Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def wait_established(kubectl: Kubectl, crd: str, timeout: float = 60) -> None:
+    """Wait until the CRD ``crd`` is Established, through ``kubectl(*args, check=False)``.
+
+    Polls the condition itself: ``kubectl wait --for=condition=Established`` fails at once
+    ("accessor error") when it reads the CRD before the API server has written any
+    condition, which happens on a busy machine.
+    """
+    path = '{.status.conditions[?(@.type=="Established")].status}'
+
+    def established() -> bool:
+        found = kubectl("get", f"crd/{crd}", "-o", f"jsonpath={path}", check=False)
+        return found.returncode == 0 and found.stdout.strip() == "True"
+
+    wait_for(established, f"the CRD {crd} to be Established", timeout)

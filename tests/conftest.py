@@ -17,7 +17,7 @@ from kubernetes import client
 
 from testbed import process
 from testbed.assets import find_kube_binary, find_pulumi
-from testbed.control_plane import Binaries, ControlPlane
+from testbed.control_plane import Binaries, ControlPlane, wait_established
 from testbed.git_server import GitServer
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from testbed.pulumi_env import PulumiEnv
@@ -59,9 +59,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def stack_crd(control_plane: ControlPlane) -> Path:
     """The Stack CRD, server-side applied once per session and Established."""
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(STACK_CRD))
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/stacks.pulumi.com"
-    )
+    wait_established(control_plane.kubectl, "stacks.pulumi.com")
     # kubectl caches discovery: refresh it so that "stacks" and the "pulumi" category resolve.
     control_plane.kubectl("api-resources", "--api-group=pulumi.com")
     return STACK_CRD

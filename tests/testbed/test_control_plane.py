@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import subprocess
 import threading
 
 import pytest
@@ -12,7 +13,7 @@ from kubernetes import client, watch
 from urllib3.exceptions import ProtocolError
 
 from testbed.assets import K8S_VERSION
-from testbed.control_plane import ControlPlane
+from testbed.control_plane import ControlPlane, wait_established
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +65,18 @@ def test_rbac_denies_a_user_without_bindings(control_plane: ControlPlane, namesp
     assert denied.value.status == 403
     message = json.loads(str(denied.value.body))["message"]
     assert 'User "nobody" cannot list resource "configmaps"' in message
+
+
+def test_a_crd_without_conditions_yet_is_waited_for() -> None:
+    """``wait_established`` keeps polling while the CRD has no condition (kubectl wait fails)."""
+    answers = iter(["", "False", "True"])
+    calls: list[tuple[str, ...]] = []
+
+    def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert not check
+        calls.append(args)
+        return subprocess.CompletedProcess(list(args), 0, next(answers), "")
+
+    wait_established(kubectl, "stacks.pulumi.com", timeout=30)
+    assert len(calls) == 3
+    assert calls[0][:2] == ("get", "crd/stacks.pulumi.com")
