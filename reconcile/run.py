@@ -182,15 +182,21 @@ class Runs:
     def _orphaned(self, plan: Plan) -> bool:
         """Whether the Stack's update in flight was left by another, now gone, instance.
 
-        Only with leader election (``sole_runner``): a leader that cannot renew its Lease
+        With leader election (``sole_runner``): a leader that cannot renew its Lease
         interrupts its updates (and kills them after the interrupt grace), so once
         ``takeover_delay`` has passed since we took the Lease, an update recorded by
         another instance and never concluded is dead (a pod replaced after a crash, an OOM
         kill or a node loss; or a deposed leader that has stopped it).
+
+        With remote runs, also without leader election: the run is its pod's, not the
+        instance's that created it, so an operator restarted with a new identity asks
+        the runner for that run (``_attach``) instead of starting another beside it.
         """
         runner = (plan.observed.status.get("currentUpdate") or {}).get("operator")
         settings = self._settings
-        return bool(settings.sole_runner and runner and runner != settings.identity)
+        if not runner or runner == settings.identity:
+            return False
+        return settings.sole_runner or settings.remote_runs
 
     def _takeover_wait(self) -> float:
         """Seconds until a deposed leader's updates have surely stopped (0 if they have)."""

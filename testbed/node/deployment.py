@@ -117,6 +117,14 @@ def state_volume(
     return [persistent, bound]
 
 
+def state_directory(root: Path) -> Path:
+    """``root`` with a ``backend`` directory, both owned by the pods' uid; returns ``root``."""
+    (root / "backend").mkdir(parents=True, exist_ok=True)
+    for path in (root, root / "backend"):
+        os.chown(path, UID, UID)
+    return root
+
+
 def state_workspace(claim: str, mount: str = "/state") -> dict[str, Any]:
     """A Stack's ``workspaceTemplate`` that mounts the claim ``claim`` at ``mount``.
 

@@ -9,12 +9,17 @@ can rely on it). Every Stack uses a ``file://`` backend in the test's temp direc
 passphrase from a Secret whose value is a sentinel that must never show up in status,
 events, logs or metrics; so must the other sentinels (a secret config value, a token given
 as a URL's user name, a git password).
+
+Where it all runs is the ``bed`` (``tests.e2e.beds``): by default the local runner on the
+session's control plane; a scenario parametrized with ``RUNNERS`` also runs with
+``--runner=pod`` on the node, every run a pod of the operator's image.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -27,18 +32,19 @@ import pytest
 from kubernetes import client
 
 from testbed.assets import find_pulumi
-from testbed.control_plane import ControlPlane
 from testbed.git_http import GitHttpServer
 from testbed.git_server import Checkout, GitServer
+from testbed.node import NodeCluster
 from testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
 from testbed.rbac import operator_kubeconfig
-from tests.conftest import PROGRAMS
+from tests.conftest import PROGRAMS, STACK_CRD
 from tests.e2e.agreement import (
     assert_events_valid,
     assert_metrics_agree,
     assert_warnings_match_conditions,
     forbidden,
 )
+from tests.e2e.beds import Bed, apply_stack_crd, local_bed, pod_bed
 from tests.e2e.waits import locks
 from tests.status.invariants import StackWatcher
 
@@ -102,23 +108,40 @@ class Program:
 class Stacks:
     """Create, read, patch and wait on Stacks in the test namespace."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, backend: Path) -> None:
-        """Use ``api`` in ``namespace``; Stacks store state under ``backend``."""
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        backend: Path,
+        *,
+        program_state: Path | None = None,
+        workspace: Mapping[str, Any] | None = None,
+        owner: int | None = None,
+    ) -> None:
+        """Use ``api`` in ``namespace``; Stacks store state under ``backend``.
+
+        ``program_state`` is where programs see ``backend``'s parent (default: where it
+        is), ``workspace`` a ``workspaceTemplate`` for every Stack, ``owner`` the uid
+        programs write the state as (``tests.e2e.beds``).
+        """
         self.api = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.backend = backend
+        self.program_state = program_state or backend.parent
+        self.workspace = workspace
+        self.owner = owner
         self.watcher: StackWatcher | None = None  # set by the fixture
 
     def manifest(self, name: str, program: Program, **spec: Any) -> dict[str, Any]:
         """A Stack for the files program writing ``<backend>/../<name>.txt``."""
         base: dict[str, Any] = {
             "stack": name,
-            "backend": f"file://{self.backend}",
+            "backend": f"file://{self.program_state / self.backend.name}",
             "projectRepo": program.url,
             "branch": "main",
             "repoDir": "app",
-            "config": {"path": str(self.target(name)), "content": "one"},
+            "config": {"path": self.program_path(name), "content": "one"},
             "envRefs": {
                 "PULUMI_CONFIG_PASSPHRASE": {
                     "type": "Secret",
@@ -126,6 +149,8 @@ class Stacks:
                 }
             },
         }
+        if self.workspace is not None:
+            base["workspaceTemplate"] = json.loads(json.dumps(self.workspace))
         base.update(spec)
         return {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -135,8 +160,23 @@ class Stacks:
         }
 
     def target(self, name: str) -> Path:
-        """The file a Stack's program manages."""
+        """The file a Stack's program manages, on this machine."""
         return self.backend.parent / f"{name}.txt"
+
+    def program_path(self, name: str) -> str:
+        """``target(name)`` as the Stack's program sees it (its ``path`` config)."""
+        return str(self.program_state / f"{name}.txt")
+
+    def hand_over(self) -> None:
+        """Give what this process wrote into the state to the uid programs write as.
+
+        The state is the backend and the files Stacks manage, ``backend``'s parent.
+        """
+        if self.owner is None:
+            return
+        state = self.backend.parent
+        for path in [state, *state.rglob("*")]:
+            os.chown(path, self.owner, self.owner, follow_symlinks=False)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create a Stack; the apiserver's answer (the object as stored)."""
@@ -303,23 +343,45 @@ def sentinels() -> Sentinels:
 
 
 @pytest.fixture
-def stacks(
-    control_plane: ControlPlane,
-    stack_crd: str,
-    namespace: str,
-    tmp_path: Path,
-    sentinels: Sentinels,
-) -> Iterator[Stacks]:
+def runner() -> str:
+    """The runner a scenario runs under; ``RUNNERS`` parametrizes it (default ``local``)."""
+    return "local"
+
+
+@pytest.fixture
+def bed(runner: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
+    """The scenario's surroundings for ``runner`` (``tests.e2e.beds``)."""
+    if runner == "local":
+        yield local_bed(request, tmp_path / "state")
+        return
+    with pod_bed(request, tmp_path / "state") as found:
+        yield found
+
+
+@pytest.fixture(scope="session")
+def node_stack_crd(node_cluster: NodeCluster) -> Path:
+    """The Stack CRD on the node's control plane, applied once per session."""
+    apply_stack_crd(node_cluster, STACK_CRD)
+    return STACK_CRD
+
+
+@pytest.fixture
+def stacks(bed: Bed, sentinels: Sentinels) -> Iterator[Stacks]:
     """Stack helpers in the test namespace, with the passphrase Secret in place.
 
     A StackWatcher sees every version of every Stack in the namespace; at the end (after
     the operator has stopped) the test fails on any violation of the status rules.
     """
-    del stack_crd
-    backend = tmp_path / "state" / "backend"
-    backend.mkdir(parents=True)
-    with control_plane.api_client() as api, StackWatcher(api, namespace) as watcher:
-        helper = Stacks(api, namespace, backend)
+    namespace = bed.namespace
+    with bed.control_plane.api_client() as api, StackWatcher(api, namespace) as watcher:
+        helper = Stacks(
+            api,
+            namespace,
+            bed.state / "backend",
+            program_state=bed.program_state,
+            workspace=bed.workspace,
+            owner=bed.owner,
+        )
         helper.watcher = watcher
         helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
         yield helper
@@ -328,24 +390,20 @@ def stacks(
         # matches a condition (status contract rule 19).
         watcher.assert_clean()
         events = helper.core.list_namespaced_event(namespace).items
-        assert_events_valid(events)
+        # The operator's: under the pod runner, the kubelet's Events about run pods are
+        # there too, in the kubelet's own (older) form.
+        assert_events_valid(e for e in events if e.involved_object.kind == "Stack")
         assert_warnings_match_conditions(events, watcher)
 
 
 @pytest.fixture
-def program(git_server: GitServer, tmp_path: Path) -> Program:
-    """A fresh repository with the files program."""
-    return Program(git_server, tmp_path / "checkouts")
+def program(bed: Bed, tmp_path: Path) -> Program:
+    """A fresh repository with the files program, on the bed's git server."""
+    return Program(bed.git, tmp_path / "checkouts")
 
 
 @pytest.fixture
-def operator(
-    control_plane: ControlPlane,
-    namespace: str,
-    tmp_path: Path,
-    stacks: Stacks,
-    sentinels: Sentinels,
-) -> Iterator[Operator]:
+def operator(bed: Bed, tmp_path: Path, stacks: Stacks, sentinels: Sentinels) -> Iterator[Operator]:
     """The operator process (started), stopped afterwards and its output scanned for secrets.
 
     It authenticates as its ServiceAccount with the single-namespace RBAC of
@@ -355,12 +413,13 @@ def operator(
     and 24). Every test ends by asserting that no sentinel secret appears in any status,
     event, log line or metric, and the process is stopped, whatever failed before.
     """
+    namespace = bed.namespace
     op = Operator(
-        operator_kubeconfig(control_plane, namespace, watch=[namespace]),
+        operator_kubeconfig(bed.control_plane, namespace, watch=[namespace]),
         tmp_path / "operator.log",
         namespaces=[namespace],
         work_dir=tmp_path / "work",
-        flags=(*E2E_FLAGS, f"--leader-election-namespace={namespace}"),
+        flags=(*E2E_FLAGS, f"--leader-election-namespace={namespace}", *bed.flags),
         pulumi_bin=find_pulumi(),
     )
     op.start()

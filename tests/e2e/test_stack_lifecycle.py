@@ -1,4 +1,10 @@
-"""A Stack's life with the real operator, control plane, Pulumi CLI and git server."""
+"""A Stack's life with the real operator, control plane, Pulumi CLI and git server.
+
+Every scenario but the last runs under both runners (``tests.e2e.beds``): ``local`` and
+``pod`` (each run a pod on the real node). Where the runners promise different things
+(an operator stopped mid-run: ``local`` interrupts the run, ``pod`` leaves it to its pod),
+the scenario says which it checks.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import pytest
 from pulumi import automation as auto
 
 from testbed.assets import find_pulumi
-from testbed.git_server import GitServer
+from tests.e2e.beds import RUNNERS, Bed
 from tests.e2e.conftest import (
     Operator,
     Program,
@@ -29,8 +35,10 @@ from tests.e2e.conftest import (
 from tests.e2e.waits import wait_mid_step, wait_reconciles, wait_until, wait_update_locked
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+both_runners = pytest.mark.parametrize("runner", RUNNERS)
 
 
+@both_runners
 def test_create_change_config_and_follow_the_branch(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
 ) -> None:
@@ -53,7 +61,8 @@ def test_create_change_config_and_follow_the_branch(
     assert status["lastUpdate"]["shortCommit"] == program.first[:7]
     assert "Reconciling" not in [c["type"] for c in status["conditions"]]
 
-    stacks.patch("web", {"spec": {"config": {"path": str(stacks.target("web")), "content": "two"}}})
+    two = {"path": stacks.program_path("web"), "content": "two"}
+    stacks.patch("web", {"spec": {"config": two}})
     stacks.wait(
         "web",
         lambda o: is_ready(o) and o["status"]["outputs"]["content"] == "two",
@@ -70,6 +79,7 @@ def test_create_change_config_and_follow_the_branch(
     stacks.wait_events("web", "UpdateStarted", "Succeeded")
 
 
+@both_runners
 def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
     """With spec.commit set, a push to the branch changes nothing, even on request.
 
@@ -92,12 +102,13 @@ def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator
     assert [h["commit"] for h in obj["status"]["history"]] == [program.first] * 2
 
 
+@both_runners
 def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
     """A failing resource is retried with backoff; a fixing commit makes it Ready."""
     del operator
-    config = {"path": str(stacks.target("flaky")), "content": "x", "fail": "disk on fire"}
+    config = {"path": stacks.program_path("flaky"), "content": "x", "fail": "disk on fire"}
     stacks.create(stacks.manifest("flaky", program, config=config))
     obj = stacks.wait_reason("flaky", "Ready", "UpdateFailed")
     assert "disk on fire" in find(obj, "Ready")["message"]  # type: ignore[index]
@@ -112,13 +123,14 @@ def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
     assert stacks.target("flaky").read_text() == "fixed"
 
 
+@both_runners
 def test_failure_cap_stalls_and_a_reconcile_request_retries(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
     """After --max-update-failures the Stack is Stalled; the request annotation retries it."""
     operator.stop()
     operator.start("--max-update-failures=2")
-    config = {"path": str(stacks.target("capped")), "content": "x", "fail": "still broken"}
+    config = {"path": stacks.program_path("capped"), "content": "x", "fail": "still broken"}
     stacks.create(stacks.manifest("capped", program, config=config))
     obj = stacks.wait_reason("capped", "Stalled", "RetriesExhausted")
     assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
@@ -134,6 +146,7 @@ def test_failure_cap_stalls_and_a_reconcile_request_retries(
     assert len(obj["status"]["history"]) == runs + 1, "a run between the stall and the request"
 
 
+@both_runners
 def test_invalid_spec_stalls_without_crashing(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -150,6 +163,7 @@ def test_invalid_spec_stalls_without_crashing(
     assert [e.type for e in events if e.reason == "InvalidSpec"] == ["Warning"]
 
 
+@both_runners
 def test_missing_secret_stalls_then_recovers_when_created(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
 ) -> None:
@@ -162,6 +176,7 @@ def test_missing_secret_stalls_then_recovers_when_created(
     stacks.wait_ready("waits")
 
 
+@both_runners
 def test_prerequisites_gate_a_dependent_stack(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -176,6 +191,7 @@ def test_prerequisites_gate_a_dependent_stack(
     stacks.wait_ready("second")
 
 
+@both_runners
 def test_preview_only_never_changes_resources(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -187,11 +203,12 @@ def test_preview_only_never_changes_resources(
     assert not stacks.target("look").exists()
 
 
+@both_runners
 def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator) -> None:
     """While suspended, spec changes are not applied; unsuspending applies them."""
     stacks.create(stacks.manifest("paused", program))
     stacks.wait_ready("paused")
-    target = str(stacks.target("paused"))
+    target = stacks.program_path("paused")
     stacks.patch(
         "paused", {"spec": {"suspend": True, "config": {"path": target, "content": "new"}}}
     )
@@ -205,6 +222,7 @@ def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator
     )
 
 
+@both_runners
 def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -220,40 +238,73 @@ def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
     stacks.wait_events("doomed", "Destroyed")
 
 
+@both_runners
 def test_operator_killed_mid_update_recovers_the_stale_lock(
-    stacks: Stacks, program: Program, operator: Operator
+    stacks: Stacks, program: Program, operator: Operator, runner: str
 ) -> None:
-    """SIGKILL during an update leaves a lock; after restart the Stack converges anyway."""
-    config = {"path": str(stacks.target("crash")), "content": "slow", "delay": "20"}
+    """SIGKILL during an update leaves a lock; after restart the Stack converges anyway.
+
+    ``local``: the update died with the operator; the restarted one breaks its stale lock
+    and runs again. ``pod``: the update goes on in its pod, holding the lock; the
+    restarted operator attaches to it and concludes it: one run, never interrupted.
+    """
+    config = {"path": stacks.program_path("crash"), "content": "slow", "delay": "20"}
     stacks.create(stacks.manifest("crash", program, config=config))
     stacks.wait("crash", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
     wait_mid_step(stacks.backend, "crash", "creating file")  # the kill leaves a half-done update
     operator.stop(signal.SIGKILL)
     assert stacks.locks(), "the killed update should have left its lock"
     operator.start()
-    stacks.wait_ready("crash", timeout=180)
+    obj = stacks.wait_ready("crash", timeout=180)
     assert stacks.target("crash").read_text() == "slow"
+    if runner == "pod":
+        assert len(obj["status"]["history"]) == 1
+        assert "Interrupted" not in ready_reasons(stacks, "crash")
+        started = stacks.wait_events("crash", "UpdateStarted", "Succeeded")
+        assert [e.reason for e in started].count("UpdateStarted") == 1
 
 
-def test_sigterm_mid_update_interrupts_cleanly_then_converges(
-    stacks: Stacks, program: Program, operator: Operator
+def ready_reasons(stacks: Stacks, name: str) -> list[str | None]:
+    """Ready's reason in every status version the watch saw."""
+    assert stacks.watcher is not None
+    return [(find(v, "Ready") or {}).get("reason") for v in stacks.watcher.versions(name)]
+
+
+@both_runners
+def test_sigterm_mid_update_then_a_restart_converges(
+    stacks: Stacks, program: Program, operator: Operator, runner: str
 ) -> None:
-    """SIGTERM with a short grace interrupts the update, records it, and a restart finishes it."""
+    """SIGTERM with a short grace mid-update exits cleanly; a restart finishes the work.
+
+    ``local``: the update is interrupted and recorded (Interrupted, no currentUpdate, no
+    lock). ``pod``: the operator leaves the update to its pod and concludes nothing
+    (currentUpdate stays, the pod keeps the lock); the restarted one attaches and
+    concludes that same run.
+    """
     operator.stop()
     operator.start("--shutdown-timeout=2")
-    config = {"path": str(stacks.target("term")), "content": "slow", "delay": "30"}
+    config = {"path": stacks.program_path("term"), "content": "slow", "delay": "30"}
     stacks.create(stacks.manifest("term", program, config=config))
     stacks.wait("term", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running")
-    wait_update_locked(stacks.backend)
+    wait_mid_step(stacks.backend, "term", "creating file")  # inside the update's provider
     assert operator.stop() == 0
     obj = stacks.get("term")
-    assert find(obj, "Ready")["reason"] == "Interrupted"  # type: ignore[index]
-    assert "currentUpdate" not in obj["status"]
-    assert not stacks.locks()
+    if runner == "pod":
+        assert find(obj, "Ready")["status"] == "Unknown"  # type: ignore[index]
+        assert obj["status"]["currentUpdate"]
+        assert stacks.locks()
+    else:
+        assert find(obj, "Ready")["reason"] == "Interrupted"  # type: ignore[index]
+        assert "currentUpdate" not in obj["status"]
+        assert not stacks.locks()
     operator.start("--shutdown-timeout=30")
-    stacks.wait_ready("term", timeout=180)
+    obj = stacks.wait_ready("term", timeout=180)
+    if runner == "pod":
+        assert len(obj["status"]["history"]) == 1
+        assert "Interrupted" not in ready_reasons(stacks, "term")
 
 
+@both_runners
 def test_a_lock_held_by_another_live_update_is_waited_for(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels, tmp_path: Path
 ) -> None:
@@ -287,6 +338,7 @@ def test_a_lock_held_by_another_live_update_is_waited_for(
         assert find(obj, "Ready")["status"] == "False"  # type: ignore[index]
     finally:
         holder.join(120)
+    stacks.hand_over()  # the other update wrote the stack's state as this process's user
     stacks.wait_ready("locked", timeout=180)
     assert stacks.target("locked").read_text() == "one"
 
@@ -318,8 +370,9 @@ def progress_writes(stacks: Stacks, name: str) -> int:
     )
 
 
+@both_runners
 def test_a_long_update_shows_live_progress_then_its_conclusion(
-    stacks: Stacks, program: Program, operator: Operator, git_server: GitServer, tmp_path: Path
+    stacks: Stacks, program: Program, operator: Operator, bed: Bed, tmp_path: Path
 ) -> None:
     """A slow update shows its step live; the conclusion replaces it for good.
 
@@ -334,7 +387,7 @@ def test_a_long_update_shows_live_progress_then_its_conclusion(
     watcher sees it, such a write would have been seen too.
     """
     del operator
-    config = {"path": str(stacks.target("slow")), "content": "one", "delay": "8"}
+    config = {"path": stacks.program_path("slow"), "content": "one", "delay": "8"}
     stacks.create(stacks.manifest("slow", program, config=config))
 
     def shows_progress(obj: dict[str, Any]) -> bool:
@@ -350,9 +403,9 @@ def test_a_long_update_shows_live_progress_then_its_conclusion(
     done = stacks.wait_ready("slow")
     assert "progress" not in done["status"]
     assert find(done, "Reconciling") is None
-    ticker = Program(git_server, tmp_path / "ticker")
+    ticker = Program(bed.git, tmp_path / "ticker")
     ticker.commit("chained", **{"app/__main__.py": files_program()["app/__main__.py"] + CHAINED})
-    paced = {"path": str(stacks.target("ticker")), "delay": "6", "secondDelay": "3"}
+    paced = {"path": stacks.program_path("ticker"), "delay": "6", "secondDelay": "3"}
     stacks.create(stacks.manifest("ticker", ticker, config=paced))
     wait_until(lambda: progress_writes(stacks, "ticker") >= 2, "two progress writes", 90)
     assert stacks.get("slow")["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]
@@ -371,7 +424,7 @@ def test_a_leader_cancels_the_update_a_replaced_pod_left_locked(
     (Without leader election a lock from another host is never broken:
     test_a_lock_held_by_another_live_update_is_waited_for.)
     """
-    config = {"path": str(stacks.target("orphan")), "content": "slow", "delay": "20"}
+    config = {"path": stacks.program_path("orphan"), "content": "slow", "delay": "20"}
     stacks.create(stacks.manifest("orphan", program, config=config))
     running = stacks.wait(
         "orphan", lambda o: bool(o.get("status", {}).get("currentUpdate")), "update running"

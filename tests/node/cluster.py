@@ -7,6 +7,10 @@ left on the machine. It skips, naming what is missing, when not root, when conta
 runc / CNI plugins / iptables are absent (``hack/install-node`` installs them) or when the
 node binaries are not built (``python3 -m testbed.assets --with node``). A failed test's
 report gets the tail of the node daemons' logs.
+
+Beside it, for every test that runs pods of the operator's image (the node tests, the
+e2e scenarios under ``--runner=pod``): ``image_ref``, the image imported into the node
+once, and ``node_git``, a git server that both this machine and the pods reach.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from testbed.assets import AssetError
+from testbed.git_server import GitServer
+from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeBinaries, NodeCluster, missing_host_tools
 
 _clusters: list[NodeCluster] = []
@@ -68,3 +74,23 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         print(f"node cluster stopped in {time.monotonic() - started:.1f}s")  # noqa: T201
         leftovers = cluster.leftovers()
         assert leftovers == [], f"the node cluster left these behind: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def image_ref(node_cluster: NodeCluster, operator_image: BuiltImage) -> str:
+    """The operator's image, imported into the node's containerd once per session."""
+    node_cluster.load_image(save_archive(operator_image), operator_image.ref)
+    return str(operator_image.ref)
+
+
+@pytest.fixture(scope="session")
+def node_git(
+    node_cluster: NodeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GitServer]:
+    """A git daemon on the host end of the node's network: pods and this machine clone from it."""
+    server = GitServer(tmp_path_factory.mktemp("node-git"), host=node_cluster.host_ip)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -11,8 +11,6 @@ import pytest
 from testbed.node import NodeCluster
 from testbed.node.images import HTTP_SERVER_IMAGE, http_server_archive
 from tests.node.fixtures import (  # noqa: F401 - fixtures of the operator-on-the-node tests
-    git,
-    image_ref,
     pod_overlay,
     pod_tenant,
     sentinels,

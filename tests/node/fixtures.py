@@ -8,7 +8,6 @@ rolled out again when a test changed the Deployment).
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.git_server import GitServer
-from testbed.image import save_archive
 from testbed.node import deployment
-from testbed.node.deployment import UID
 from tests.e2e.conftest import Sentinels, Stacks
 from tests.status.invariants import StackWatcher
 
@@ -33,27 +29,9 @@ CLAIM = "state"  # the claim on the state directory in a pod runner's tenant nam
 
 
 @pytest.fixture(scope="session")
-def image_ref(node_cluster: Any, operator_image: Any) -> str:
-    """The operator's image, imported into the node's containerd."""
-    node_cluster.load_image(save_archive(operator_image), operator_image.ref)
-    return str(operator_image.ref)
-
-
-@pytest.fixture(scope="session")
-def git(node_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
-    """A git daemon on the host end of the node's network: pods clone from it."""
-    server = GitServer(tmp_path_factory.mktemp("node-git"), host=node_cluster.host_ip)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
 def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The host directory mounted at ``/state`` in the operator's pods (owned by its uid)."""
-    return state_directory(tmp_path_factory.mktemp("node-state"))
+    return deployment.state_directory(tmp_path_factory.mktemp("node-state"))
 
 
 @pytest.fixture(scope="session")
@@ -101,14 +79,6 @@ def _claim_manifest(state: Path, namespace: str, volume_name: str) -> Path:
     objects = deployment.state_volume(state, namespace, CLAIM, volume_name)
     manifest.write_text(yaml.safe_dump_all(objects))
     return manifest
-
-
-def state_directory(root: Path) -> Path:
-    """``root`` with a ``backend`` directory, both owned by the pods' uid."""
-    (root / "backend").mkdir(parents=True, exist_ok=True)
-    for path in (root, root / "backend"):
-        os.chown(path, UID, UID)
-    return root
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from testbed.git_server import GitServer
 from testbed.node import deployment
 from tests.conftest import PROGRAMS
 from tests.e2e.conftest import Program, Stacks
-from tests.node.fixtures import state_directory, tenant_namespace
+from tests.node.fixtures import tenant_namespace
 from tests.node.test_operator import stack_manifest
 from tests.node.test_pod_runner import pod_stack
 
@@ -72,20 +72,20 @@ def attack(attacker: Stacks, body: dict[str, Any], victim: Stacks) -> dict[str, 
 def pod_victim(node_cluster: Any, pod_tenant: Stacks, tmp_path: Path) -> Iterator[Stacks]:
     """Namespace B for the pod runner, with a state directory of its own."""
     del pod_tenant  # deploys the pod runner first
-    state = state_directory(tmp_path / "victim-state")
+    state = deployment.state_directory(tmp_path / "victim-state")
     passphrase = f"victim-{secrets.token_hex(8)}"
     with tenant_namespace(node_cluster, "victim", state, passphrase, claim=True) as stacks:
         yield stacks
 
 
 def test_under_the_pod_runner_a_hostile_program_reaches_nothing(
-    pod_tenant: Stacks, pod_victim: Stacks, git: GitServer, tmp_path: Path
+    pod_tenant: Stacks, pod_victim: Stacks, node_git: GitServer, tmp_path: Path
 ) -> None:
     """Every try fails and shows as such in A's Stack; B is untouched."""
-    files = Program(git, tmp_path)
+    files = Program(node_git, tmp_path)
     pod_victim.create(pod_stack(pod_victim, VICTIM, files))
     pod_victim.wait_ready(VICTIM, timeout=300)
-    body = pod_stack(pod_tenant, "intruder-pod", hostile_program(git, tmp_path))
+    body = pod_stack(pod_tenant, "intruder-pod", hostile_program(node_git, tmp_path))
     attempts = attack(pod_tenant, body, pod_victim)
     assert attempts == {
         "identity": f"system:serviceaccount:{pod_tenant.namespace}:default",
@@ -102,7 +102,7 @@ def test_under_the_local_runner_the_same_program_acts_as_the_operator(
     node_cluster: Any,
     stack_overlay: Path,
     tenant: Stacks,
-    git: GitServer,
+    node_git: GitServer,
     tmp_path: Path,
     state: Path,
 ) -> None:
@@ -110,10 +110,10 @@ def test_under_the_local_runner_the_same_program_acts_as_the_operator(
     deployment.deploy(node_cluster, stack_overlay)
     passphrase = f"victim-{secrets.token_hex(8)}"
     with tenant_namespace(node_cluster, "victim", state, passphrase) as victim:
-        files = Program(git, tmp_path)
+        files = Program(node_git, tmp_path)
         victim.create(stack_manifest(victim, VICTIM, files))
         victim.wait_ready(VICTIM, timeout=300)
-        body = stack_manifest(tenant, "intruder-local", hostile_program(git, tmp_path))
+        body = stack_manifest(tenant, "intruder-local", hostile_program(node_git, tmp_path))
         attempts = attack(tenant, body, victim)
     assert attempts["identity"] == OPERATOR_IDENTITY
     assert (attempts["listStacks"], attempts["readSecret"]) == (200, 200)

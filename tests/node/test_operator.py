@@ -62,14 +62,14 @@ def test_stack_converges_in_the_pod_and_nothing_secret_leaks(
     node_cluster: Any,
     stack_overlay: Path,
     tenant: Stacks,
-    git: GitServer,
+    node_git: GitServer,
     tmp_path: Path,
     sentinels: Sentinels,
     state: Path,
 ) -> None:
     """Ready with outputs, a config change applied, no sentinel in status/Events/logs/metrics."""
     deployment.deploy(node_cluster, stack_overlay)
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     tenant.secret("app", {"token": sentinels.secret_config})
     body = stack_manifest(tenant, "web", program)
     body["spec"]["secretsRef"] = {
@@ -106,14 +106,14 @@ def test_an_update_cut_short_by_the_pod_is_concluded_honestly(
     node_cluster: Any,
     stack_overlay: Path,
     tenant: Stacks,
-    git: GitServer,
+    node_git: GitServer,
     tmp_path: Path,
     state: Path,
     how: str,
 ) -> None:
     """A slow update interrupted by a restart: status says so, then the new pod converges."""
     deployment.deploy(node_cluster, stack_overlay)
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     name = f"slow-{how.split(maxsplit=1)[0]}"
     tenant.create(stack_manifest(tenant, name, program, delay="30"))
     # The lock names the CLI's pid inside the pod: wait on the checkpoint instead, which
@@ -151,7 +151,7 @@ def test_the_standby_takes_over_when_the_leader_dies(
     node_cluster: Any,
     stack_overlay: Path,
     tenant: Stacks,
-    git: GitServer,
+    node_git: GitServer,
     tmp_path: Path,
     state: Path,
 ) -> None:
@@ -166,7 +166,7 @@ def test_the_standby_takes_over_when_the_leader_dies(
     try:
         deployment.rollout(node_cluster)
         wait_for(lambda: len(deployment.ready_pods(node_cluster)) == 2, "two ready pods", 120)
-        program = Program(git, tmp_path)
+        program = Program(node_git, tmp_path)
         tenant.create(stack_manifest(tenant, "failover", program))
         tenant.wait_ready("failover", timeout=240)
         leader = deployment.lease_holder(node_cluster).rpartition("_")[0]

@@ -76,7 +76,7 @@ def reasons(stacks: Stacks, name: str) -> list[str | None]:
 def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     node_cluster: Any,
     pod_tenant: Stacks,
-    git: GitServer,
+    node_git: GitServer,
     tmp_path: Path,
     sentinels: Sentinels,
     state: Path,
@@ -87,7 +87,7 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
         pod_tenant.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="deployer"))
     )
     pod_tenant.secret("app", {"token": sentinels.secret_config})
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     body = pod_stack(pod_tenant, POD_WEB, program, delay="3")
     body["spec"]["serviceAccountName"] = "deployer"
     body["spec"]["secretsRef"] = {
@@ -140,10 +140,10 @@ def deployment_image(node_cluster: Any) -> str:
 
 
 def test_a_deleted_run_pod_is_concluded_as_runner_failed(
-    pod_tenant: Stacks, git: GitServer, tmp_path: Path, state: Path
+    pod_tenant: Stacks, node_git: GitServer, tmp_path: Path, state: Path
 ) -> None:
     """A run pod killed mid-update: RunnerFailed naming the pod; the dead lock is released."""
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     pod_tenant.create(pod_stack(pod_tenant, "doomed", program, delay="120"))
     wait_mid_step(state / "backend", "doomed", "creating file", timeout=240)
     pod_tenant.core.delete_namespaced_pod(
@@ -161,10 +161,10 @@ def test_a_deleted_run_pod_is_concluded_as_runner_failed(
 
 
 def test_an_operator_restart_reattaches_to_the_run_pod(
-    node_cluster: Any, pod_tenant: Stacks, git: GitServer, tmp_path: Path, state: Path
+    node_cluster: Any, pod_tenant: Stacks, node_git: GitServer, tmp_path: Path, state: Path
 ) -> None:
     """A rollout mid-run: the run pod goes on; the new operator concludes it, no rerun."""
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     pod_tenant.create(pod_stack(pod_tenant, "steady", program, delay="40"))
     wait_mid_step(state / "backend", "steady", "creating file", timeout=240)
     before = run_pod(pod_tenant, "steady")

@@ -12,6 +12,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from controller.reconciler import Result
 from reconcile.runner import ErrorKind
 from reconcile.stack import FINALIZER
@@ -88,9 +90,15 @@ def test_a_detached_run_concludes_nothing(tmp_path: Path) -> None:
     assert h.metrics.updates == []
 
 
-def test_a_run_a_gone_instance_left_is_attached_to_not_rerun(tmp_path: Path) -> None:
-    """The new leader concludes the pod's own outcome; no Interrupted, no second run."""
-    h = remote(tmp_path, sole_runner=True, takeover_delay=0.0, leading_since=lambda: 0.0)
+@pytest.mark.parametrize("leader_elect", [True, False])
+def test_a_run_a_gone_instance_left_is_attached_to_not_rerun(
+    tmp_path: Path, *, leader_elect: bool
+) -> None:
+    """The new leader (or restarted single instance) concludes the pod's own outcome.
+
+    No Interrupted, no second run: the run is the pod's, whichever instance started it.
+    """
+    h = remote(tmp_path, sole_runner=leader_elect, takeover_delay=0.0, leading_since=lambda: 0.0)
     current = {"generation": 1, "commit": "a1" * 20, "type": "up", "operator": "gone_9"}
     h.create(status={"observedGeneration": 1, "currentUpdate": current})
     h.cluster.objects[KEY]["metadata"]["finalizers"] = [FINALIZER]
