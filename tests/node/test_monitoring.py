@@ -113,13 +113,13 @@ def test_prometheus_scrapes_the_pod_and_a_stalled_stack_fires_its_alert(
     node_cluster: Any,
     stack_overlay: Path,
     tenant: Stacks,
-    git: Any,
+    node_git: Any,
     tmp_path: Path,
     prometheus: Prometheus,
 ) -> None:
     """The scraped condition series equal the API; PulumiStackStalled fires in Prometheus."""
     deployment.deploy(node_cluster, stack_overlay)
-    program = Program(git, tmp_path)
+    program = Program(node_git, tmp_path)
     tenant.create(
         tenant.manifest(
             "stuck", program, envRefs={"X": {"type": "FS", "filesystem": {"path": "/etc/passwd"}}}
