@@ -16,6 +16,8 @@ help: ## Show the targets.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# The distribution's former name: programs must not see it (pyproject.toml says why).
+	$(PY) -m pip uninstall --quiet --yes pulumi-stack-operator 2>/dev/null || true
 	$(PY) -m pip install --quiet --editable '.[test,lint]'
 	touch $@
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from pulumi_stack_operator.pulumi_cli import pulumi_command
 from reconcile.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
 from reconcile.runner import locks as backend_locks
 from reconcile.runner.channel import fitted, outcome_line, parse_line, progress_line
@@ -147,8 +148,6 @@ def checkout_only(environ: Mapping[str, str]) -> int:
 
 def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Outcome:
     """Run the job's operation on the checkout (once more after releasing a dead lock)."""
-    from pulumi_stack_operator.wiring import pulumi_command  # noqa: PLC0415 - heavy import
-
     started = _now()
     if CHECKOUT_FAILED.exists():
         failed = parse_line(CHECKOUT_FAILED.read_text().strip())

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kubernetes import client
-from pulumi import automation as auto
 
 from controller.clock import RealClock
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
+from pulumi_stack_operator.pulumi_cli import pulumi_command
 from reconcile.acknowledge import Acknowledger
 from reconcile.collaborators import Collaborators, GitSource, StackPatcher
 from reconcile.interrupts import RunInterrupts
@@ -33,26 +32,6 @@ from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
 from status.writer import StatusWriter
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
-
-
-def pulumi_command() -> auto.PulumiCommand:
-    """The Pulumi CLI on the operator's PATH, as an absolute path (symlinks resolved).
-
-    Found and version-checked once, at start-up: a missing CLI fails fast, and a Stack
-    whose ``envRefs`` set ``PATH`` cannot substitute another ``pulumi``. The language
-    host and bundled plugins are found next to the real binary (the runner puts its
-    directory first on the CLI's PATH).
-    """
-    found = shutil.which("pulumi")
-    if found is None:
-        msg = "the pulumi CLI is not on PATH"
-        raise FileNotFoundError(msg)
-    binary = Path(found).resolve()
-    if binary.parent.name == "bin":  # the SDK runs <root>/bin/pulumi
-        return auto.PulumiCommand(root=str(binary.parent.parent))
-    command = auto.PulumiCommand()  # checks the same binary: PATH is unchanged
-    command.command = str(binary)
-    return command
 
 
 def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:

@@ -58,7 +58,7 @@ log = structlog.get_logger(__name__)
 
 
 class CliBinary(Protocol):
-    """Where the Pulumi CLI is (``pulumi.automation.PulumiCommand`` is one)."""
+    """Where the Pulumi CLI is (the composition root finds it once, at start-up)."""
 
     @property
     def command(self) -> str:

@@ -234,7 +234,7 @@ def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     python = venv / "bin" / "python"
     pip = (python, "-m", "pip", "--disable-pip-version-check", "--quiet")
     run(*pip, "wheel", "--no-deps", "--wheel-dir", wheels, context, cwd=tmp_path)
-    (wheel,) = wheels.glob("pulumi_stack_operator-*.whl")
+    (wheel,) = wheels.glob("kube_pulumi_stack_operator-*.whl")
     same = {str(Requirement(r)) for r in project_dependencies()}
     assert {str(Requirement(r)) for r in requirements(wheel)} == same
     repack_requirements(requirements(wheel), tmp_path / "wheelhouse")
@@ -252,5 +252,9 @@ def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     where = run(python, "-c", f"import {modules}; print(controller.__file__)", cwd=tmp_path)
     assert where.startswith(str(venv)), where
     listed = json.loads(run(python, "-m", "pip", "list", "-v", "--format", "json", cwd=tmp_path))
-    assert {"pulumi", "pulumi-stack-operator"} <= {p["name"] for p in listed}
+    names = {p["name"] for p in listed}
+    assert {"pulumi", "kube-pulumi-stack-operator"} <= names
+    # The Python language host would take any "pulumi-<x>" for a plugin's SDK and try to
+    # download plugin <x> before each operation of a program on this interpreter.
+    assert not {n for n in names if n.startswith("pulumi-")}
     print(f"wheel + fresh venv install: {time.monotonic() - started:.1f}s")  # noqa: T201

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pulumi_stack_operator.pulumi_cli import pulumi_command
 from reconcile.runner import LocalRunner, UpdateRequest
 from reconcile.runner.cli import INHERITED_ENV
 from testbed.pulumi_env import PulumiEnv
@@ -96,9 +97,6 @@ def test_a_stacks_path_cannot_substitute_the_cli(
     impostor.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
     impostor.chmod(0o755)
     monkeypatch.setenv("PATH", f"{pulumi_env.bin_dir}{os.pathsep}{os.environ['PATH']}")
-    # Imported here: the wiring module wires the whole reconciler, which this test does not need.
-    from pulumi_stack_operator.wiring import pulumi_command  # noqa: PLC0415
-
     command = pulumi_command()
     runner = LocalRunner(command, pulumi_env.home)
     request = echo_request(

@@ -3,8 +3,8 @@
 The runner no longer calls the Automation API: it runs the CLI and reads its event log.
 What is left to pin:
 
-* the SDK: ``PulumiCommand`` (the composition root builds one; the runner reads only its
-  ``command``), and the signature marking a secret value, which the runner copies;
+* the SDK: the signature marking a secret value, which the runner copies (the operator
+  does not import the Automation API: ``pulumi_stack_operator.pulumi_cli`` finds the CLI);
 * the CLI: the hidden ``--event-log`` flag and the JSON engine events it writes (the keys
   ``StepObserver`` reads), how it marks secret outputs in events, and that
   ``stack output --json`` masks secrets unless ``--show-secrets`` (which the runner never
@@ -13,7 +13,6 @@ What is left to pin:
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -22,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi import automation as auto
 from pulumi.runtime import rpc
 
+from pulumi_stack_operator.pulumi_cli import MINIMUM_VERSION, cli_version, pulumi_command
 from reconcile.runner.engine import SECRET_SIG, SIG_KEY, Event, StepObserver, holds_secret
 from reconcile.runner.local import CliBinary
 from testbed.pulumi_env import PulumiEnv
@@ -36,20 +35,16 @@ def test_the_secret_signature_is_the_sdks() -> None:
     assert (rpc._special_sig_key, rpc._special_secret_sig) == (SIG_KEY, SECRET_SIG)  # noqa: SLF001
 
 
-def test_pulumi_command_takes_a_root_and_names_the_binary_in_it() -> None:
-    """The composition root builds ``PulumiCommand(root=...)``; the runner reads ``command``."""
-    parameters = inspect.signature(auto.PulumiCommand.__init__).parameters
-    assert list(parameters)[:2] == ["self", "root"]
-    assert "command" in auto.PulumiCommand.__annotations__
-
-
 @pytest.mark.pulumi
-def test_pulumi_command_is_a_cli_binary(pulumi_env: PulumiEnv) -> None:
-    """A real ``PulumiCommand`` is what ``LocalRunner`` takes: its ``command`` is the CLI."""
-    binary: CliBinary = pulumi_env.command()
+def test_the_cli_is_found_resolved_and_version_checked(
+    pulumi_env: PulumiEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pulumi_command`` names the real binary on PATH; ``pulumi version`` parses."""
+    monkeypatch.setenv("PATH", f"{pulumi_env.bin_dir}{os.pathsep}{os.environ['PATH']}")
+    binary: CliBinary = pulumi_command()
 
-    assert Path(binary.command).name == "pulumi"
-    assert os.access(binary.command, os.X_OK)
+    assert Path(binary.command) == (pulumi_env.bin_dir / "pulumi").resolve()
+    assert cli_version(Path(binary.command)) >= MINIMUM_VERSION
 
 
 def cli(pulumi_env: PulumiEnv, program: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
@@ -142,3 +137,25 @@ def test_stack_output_masks_secrets_unless_asked_to_show_them(
 
     assert masked["secretContent"] == "[secret]"
     assert shown["secretContent"] == "hello"
+
+
+@pytest.mark.pulumi
+def test_a_program_on_the_operators_interpreter_needs_no_plugin(
+    pulumi_env: PulumiEnv, program: Path
+) -> None:
+    """``pulumi plugin install`` finds nothing to install for the files program.
+
+    Programs without a virtualenv of their own run on the operator's interpreter, whose
+    ``pip list`` the Python language host reads: a distribution named ``pulumi-<x>`` there
+    would make the CLI download a plugin ``<x>`` before every operation (the operator's
+    own distribution once did). Plugin downloads are allowed here, so that any attempt
+    shows, and fails, for the machine has no route to a plugin server.
+    """
+    env = {**os.environ, **pulumi_env.env}
+    del env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"]
+    argv = [str(pulumi_env.bin_dir / "pulumi"), "--non-interactive", "plugin", "install"]
+    done = subprocess.run(
+        argv, cwd=program, env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "installing" not in done.stdout + done.stderr
