@@ -7,11 +7,24 @@ tuples), so a caller can never mutate the cache by accident — client-go's rule
 mutable deep copy for callers that need one.
 
 The cache is written only by the informer; everyone else reads.
+
+Stored objects are also kept small, since an operator caches every object it watches
+(``freeze_object``):
+
+- ``metadata.managedFields`` is kept in short form: each entry's manager, operation,
+  apiVersion, time and subresource, and of its ``fieldsV1`` only the top-level fields it
+  owns (``{"f:spec": {}}``) — enough to tell who last wrote which part of the object, a
+  fraction of the size (the full field sets mirror the whole object). So a cached object
+  must never be written back whole (an update would replace the server's field
+  ownership with this short form); writes are patches.
+- Mapping keys and short strings are interned and every empty mapping is one shared
+  object: a thousand objects of one kind repeat the same keys and values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import types
 from collections.abc import Iterable, Mapping
@@ -39,13 +52,52 @@ class ObjectKey:
         return cls(meta.get("namespace", ""), meta["name"])
 
 
+INTERNED_LENGTH = 64  # strings up to this long are interned when frozen
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+_MANAGED_ENTRY_KEYS = ("manager", "operation", "apiVersion", "time", "subresource")
+
+
 def freeze(value: Any) -> Any:  # noqa: ANN401 - any JSON value
-    """Return a read-only deep copy of a JSON value (mappings and tuples all the way down)."""
+    """Return a read-only deep copy of a JSON value (mappings and tuples all the way down).
+
+    Keys and strings of up to ``INTERNED_LENGTH`` characters are interned; every empty
+    mapping is the same object.
+    """
     if isinstance(value, Mapping):
-        return types.MappingProxyType({k: freeze(v) for k, v in value.items()})
+        if not value:
+            return _EMPTY
+        return types.MappingProxyType({sys.intern(k): freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(freeze(v) for v in value)
+    if isinstance(value, str) and len(value) <= INTERNED_LENGTH:
+        return sys.intern(value)
     return value
+
+
+def freeze_object(obj: Mapping[str, Any]) -> Object:
+    """``freeze`` a Kubernetes object, its ``managedFields`` in short form (module docstring)."""
+    frozen: Object = freeze(compact_managed_fields(obj))
+    return frozen
+
+
+def compact_managed_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` with each managedFields entry reduced to who wrote which top-level field.
+
+    A shallow copy where anything changes; ``obj`` itself is left alone.
+    """
+    metadata = obj.get("metadata")
+    entries = metadata.get("managedFields") if isinstance(metadata, Mapping) else None
+    if not entries:
+        return obj
+    short = [_short_entry(entry) for entry in entries if isinstance(entry, Mapping)]
+    return {**obj, "metadata": {**metadata, "managedFields": short}}  # type: ignore[dict-item]
+
+
+def _short_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {k: entry[k] for k in _MANAGED_ENTRY_KEYS if k in entry}
+    fields = entry.get("fieldsV1")
+    kept["fieldsV1"] = {name: {} for name in fields} if isinstance(fields, Mapping) else {}
+    return kept
 
 
 def thaw(value: Any) -> Any:  # noqa: ANN401 - any JSON value
@@ -97,8 +149,8 @@ class Store:
             return len(self._items)
 
     def upsert(self, obj: Mapping[str, Any]) -> tuple[Object | None, Object]:
-        """Store a frozen copy of ``obj``; returns (previous, stored)."""
-        frozen: Object = freeze(obj)
+        """Store a frozen copy of ``obj`` (``freeze_object``); returns (previous, stored)."""
+        frozen = freeze_object(obj)
         key = ObjectKey.of(frozen)
         with self._lock:
             old = self._items.get(key)

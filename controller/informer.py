@@ -33,7 +33,7 @@ import structlog
 from kubernetes import client, watch
 from urllib3.exceptions import HTTPError
 
-from controller.cache import Object, ObjectKey, Store, freeze, resource_version
+from controller.cache import Object, ObjectKey, Store, freeze_object, resource_version
 from controller.retry import REACHABILITY
 
 log = structlog.get_logger(__name__)
@@ -284,7 +284,7 @@ class Reflector:
             return
         if kind == "DELETED":
             self._store.delete(ObjectKey.of(obj))
-            self._handler.on_delete(freeze(obj))  # the final state, as the server sent it
+            self._handler.on_delete(freeze_object(obj))  # the final state, as the server sent it
             return
         previous, stored = self._store.upsert(obj)
         if previous is None:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from controller.cache import Object, ObjectKey, Store, freeze, resource_version
+from controller.cache import Object, ObjectKey, Store, freeze_object, resource_version
 from controller.informer import DeletedFinalStateUnknown
 
 
@@ -76,7 +76,7 @@ class ReadYourWritesView:
         already recorded for that key (by resourceVersion) is ignored, and the newer one
         returned: writes answered out of order never move the view back.
         """
-        frozen: Object = freeze(obj)
+        frozen = freeze_object(obj)
         key = ObjectKey.of(frozen)
         with self._lock:
             held = self._written.get(key)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from controller.cache import ObjectKey, Store, freeze, thaw
+from controller.cache import ObjectKey, Store, freeze, freeze_object, thaw
 
 
 def obj(namespace: str, name: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
@@ -79,3 +80,70 @@ def test_replace_reports_upserts_and_vanished_objects_within_its_scope() -> None
 def test_object_key_renders_like_client_go() -> None:
     """str(key) is namespace/name."""
     assert str(ObjectKey("ns", "name")) == "ns/name"
+
+
+MANAGED = [
+    {
+        "manager": "kubectl",
+        "operation": "Apply",
+        "apiVersion": "pulumi.com/v1",
+        "time": "2026-12-01T10:00:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": {"f:stack": {}}},
+    },
+    {
+        "manager": "pulumi-stack-operator",
+        "operation": "Update",
+        "apiVersion": "pulumi.com/v1",
+        "time": "2026-12-01T10:00:05Z",
+        "subresource": "status",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": {"f:conditions": {".": {}, 'k:{"type":"Ready"}': {}}}},
+    },
+]
+
+
+def test_managed_fields_are_kept_as_who_wrote_which_top_level_field() -> None:
+    """Each entry keeps manager, operation, apiVersion, time, subresource; fields: top level."""
+    original = obj("ns", "a", stack="dev")
+    original["metadata"]["managedFields"] = MANAGED
+    store = Store()
+    store.upsert(original)
+    cached = store.get(ObjectKey("ns", "a"))
+    assert cached is not None
+    assert thaw(cached["metadata"]["managedFields"]) == [
+        {
+            "manager": "kubectl",
+            "operation": "Apply",
+            "apiVersion": "pulumi.com/v1",
+            "time": "2026-12-01T10:00:00Z",
+            "fieldsV1": {"f:metadata": {}, "f:spec": {}},
+        },
+        {
+            "manager": "pulumi-stack-operator",
+            "operation": "Update",
+            "apiVersion": "pulumi.com/v1",
+            "time": "2026-12-01T10:00:05Z",
+            "subresource": "status",
+            "fieldsV1": {"f:status": {}},
+        },
+    ]
+    assert original["metadata"]["managedFields"] is MANAGED  # the input is left alone
+    assert thaw(cached["spec"]) == {"stack": "dev"}
+
+
+def test_an_object_without_managed_fields_freezes_to_its_own_content() -> None:
+    """Nothing but managedFields is shortened: thawing gives the object back."""
+    original = obj("ns", "a", items=[{"x": 1}, {}], empty={}, text="t" * 100)
+    assert thaw(freeze_object(original)) == original
+
+
+def test_frozen_objects_share_keys_short_strings_and_empty_mappings() -> None:
+    """A thousand objects of one kind do not each hold their own copy of the same words."""
+    first = freeze_object(obj("ns", "a", state="succeeded", empty={}))
+    second = freeze_object(json.loads(json.dumps(obj("ns", "b", state="succeeded", empty={}))))
+    key_first = next(k for k in first["spec"] if k == "state")
+    key_second = next(k for k in second["spec"] if k == "state")
+    assert key_first is key_second
+    assert first["spec"]["state"] is second["spec"]["state"]
+    assert first["spec"]["empty"] is second["spec"]["empty"]

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.cache import freeze_object
 from controller.reconciler import Result
+from reconcile.prepare import spec_written
 from reconcile.runner import ErrorKind
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
@@ -162,3 +164,30 @@ def test_a_file_backend_outside_every_volume_stalls_naming_the_field(tmp_path: P
     h.runner.then(h.succeed())
     h.reconcile()
     assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
+def test_when_the_spec_was_written_survives_the_caches_short_managed_fields() -> None:
+    """The informer keeps managedFields in short form; ``spec_written`` reads the same time."""
+    full = {
+        "metadata": {
+            "name": "web",
+            "managedFields": [
+                {
+                    "manager": "kubectl",
+                    "operation": "Apply",
+                    "time": "2026-12-01T10:00:07Z",
+                    "fieldsV1": {"f:spec": {"f:stack": {}, "f:config": {"f:path": {}}}},
+                },
+                {
+                    "manager": "pulumi-stack-operator",
+                    "operation": "Update",
+                    "time": "2026-12-01T10:00:09Z",
+                    "subresource": "status",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}},
+                },
+            ],
+        }
+    }
+    expected = datetime(2026, 12, 1, 10, 0, 7, tzinfo=UTC)
+    assert spec_written(full) == expected
+    assert spec_written(freeze_object(full)) == expected
