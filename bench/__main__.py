@@ -1,14 +1,14 @@
 """``python -m bench`` (``make bench``): run the benchmarks, print one line each, update the README.
 
 Starts the test bed once, runs the selected benchmarks in a fixed order (the shared fleet of
-idle Stacks only grows: latency 1 → 100 → 1,000, then start-up and idle at 1,000, then
-memory up to 5,000), prints each summary line on stdout as soon as it is known, and
-progress on stderr. At the end it adds a ``bench=seed`` line (how long creating the fleet
-took) and a ``bench=machine`` line (cores, CPU, Python, date, load averages during the run,
-duration), writes all lines to ``--out``, and, after a full run (every benchmark, full
-scale), rewrites the README's results table through ``bench.readme``. A benchmark that
-fails prints ``bench=<name> error=<ExceptionType>`` and the run goes on; the exit status
-is then 1.
+idle Stacks only grows: latency 1 → 100 → 1,000, then latency under saturation, start-up and
+idle at 1,000, then memory up to 10,000), prints each summary line on stdout as soon as it is
+known, and progress on stderr. At the end it adds a ``bench=seed`` line (how long creating
+the fleet took) and a ``bench=machine`` line (cores, CPU, Python, date, load averages during
+the run, duration), writes all lines to ``--out``, and, after a full run (every benchmark,
+full scale), rewrites the README's results table through ``bench.readme``. A benchmark that
+fails prints ``bench=<name> error=<ExceptionType>`` and the run goes on; the exit status is
+then 1.
 """
 
 from __future__ import annotations
@@ -25,7 +25,17 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import idle, latency, machine, memory, overhead, parallel, readme, startup
+from bench import (
+    idle,
+    latency,
+    machine,
+    memory,
+    overhead,
+    parallel,
+    readme,
+    saturation,
+    startup,
+)
 from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
 from bench.stats import Summary
@@ -36,6 +46,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "overhead": overhead.run,
     "parallel": parallel.run,
     "latency": latency.run,
+    "saturation": saturation.run,
     "startup": startup.run,
     "idle": idle.run,
     "memory": memory.run,
@@ -58,7 +69,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--stacks",
         type=int,
-        help="fleet size instead of 1,000 (latency uses 1, N/10, N; memory N and 5N)",
+        help="fleet size instead of 1,000 (latency uses 1, N/10, N; memory N, 5N and 10N)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a small, short smoke run (fleet of 50)"

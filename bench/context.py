@@ -23,7 +23,7 @@ class Scale:
     parallel_updates: int = 16  # Stacks created at once per worker count
     parallel_delay: float = 5.0  # seconds each of their programs takes (config "delay")
     parallel_workers: tuple[int, ...] = (1, 2, 4, 8)
-    memory_factor: int = 5  # memory is also measured with this many times ``stacks``
+    memory_factors: tuple[int, ...] = (5, 10)  # memory also at these multiples of ``stacks``
 
     @classmethod
     def quick(cls) -> Scale:
@@ -37,7 +37,7 @@ class Scale:
             parallel_updates=4,
             parallel_delay=2.0,
             parallel_workers=(1, 2),
-            memory_factor=2,
+            memory_factors=(2,),
         )
 
     def latency_sizes(self) -> list[int]:

@@ -1,11 +1,11 @@
-"""Memory: the operator's resident set with 0, 1,000 and 5,000 Stacks cached.
+"""Memory: the operator's resident set with 0, 1,000, 5,000 and 10,000 Stacks cached.
 
 For each size the operator is started on the fleet, left to evaluate every Stack (so the
 cache, the per-Stack metric series and the work queue's bookkeeping all exist), given
 ``SETTLE`` seconds, and its ``VmRSS`` and peak ``VmHWM`` are read from
 ``/proc/<pid>/status``. Size 0 is an empty namespace: the fixed cost of the interpreter,
-the kubernetes client, the Pulumi SDK and the metrics. ``per_stack_kib`` is the slope
-between the two fleet sizes; ``obj_kib`` the JSON size of one seeded Stack as the API
+the kubernetes client and the metrics. ``per_stack_kib`` is the slope between the
+smallest and the largest fleet; ``obj_kib`` the JSON size of one seeded Stack as the API
 returns it, for comparison.
 """
 
@@ -23,10 +23,10 @@ SETTLE = 2.0
 
 def run(ctx: Context) -> Summary:
     """Measure RSS at each size; one summary line (RSS in MiB)."""
-    small, large = ctx.scale.stacks, ctx.scale.stacks * ctx.scale.memory_factor
+    fleets = [ctx.scale.stacks * factor for factor in (1, *ctx.scale.memory_factors)]
     fields: dict[str, float | str] = {}
     sizes: list[tuple[int, float]] = []
-    for wanted in (0, small, large):
+    for wanted in (0, *fleets):
         namespace = ctx.bed.namespace("empty") if wanted == 0 else ctx.fleet.namespace
         if wanted:
             ctx.fleet.ensure(wanted)
@@ -40,7 +40,7 @@ def run(ctx: Context) -> Summary:
         fields[f"n{count}_rss_mib"] = rss
         fields[f"n{count}_peak_mib"] = peak
         sizes.append((count, rss))
-    (n1, rss1), (n2, rss2) = sizes[1], sizes[2]
+    (n1, rss1), (n2, rss2) = sizes[1], sizes[-1]
     fields["per_stack_kib"] = (rss2 - rss1) * 1024 / (n2 - n1) if n2 > n1 else float("nan")
     fields["obj_kib"] = ctx.fleet.object_bytes / 1024
     return Summary.of("memory", **fields)

@@ -100,6 +100,19 @@ def _latency(s: Summary) -> Row:
     return ("status latency", what, result, f"p99 < 250 ms at 1,000: {verdict}")
 
 
+def _saturation(s: Summary) -> Row:
+    what = (
+        f"as above, with both workers busy in a slow update ({_n(s.get('busy'))} slow Stacks "
+        f"among {_n(s.get('stacks'))}); p50 / p99 of {_n(s.get('samples'))} changes to other "
+        "Stacks, until the watch sees their acknowledgment"
+    )
+    result = (
+        f"{_sig(s.get('p50_ms'))} / {_sig(s.get('p99_ms'))} ms (max {_sig(s.get('max_ms'))} ms)"
+    )
+    target = f"p99 < 100 ms: {_met(s.get('p99_ms') < 100)}"
+    return ("latency under saturation", what, result, target)
+
+
 def _idle(s: Summary) -> Row:
     what = (
         f"{_n(s.get('stacks'))} Ready Stacks, `--resync-period={_n(s.get('resync_s'))}`, "
@@ -137,9 +150,9 @@ def _memory(s: Summary) -> Row:
         f"{_sig(s.get('obj_kib'))} KiB of JSON)"
     )
     at_1000 = s.get("n1000_rss_mib") * 1.048576  # MiB → MB
-    verdict = _met(at_1000 < 200) if not math.isnan(at_1000) else "not measured at 1,000"
+    verdict = _met(at_1000 < 100) if not math.isnan(at_1000) else "not measured at 1,000"
     what = "operator RSS (`VmRSS`) after it has evaluated every cached Stack"
-    return ("memory", what, result, f"< 200 MB at 1,000: {verdict}")
+    return ("memory", what, result, f"< 100 MB at 1,000: {verdict}")
 
 
 def _parallel(s: Summary) -> Row:
@@ -174,6 +187,7 @@ def _startup(s: Summary) -> Row:
 
 ROWS: dict[str, Callable[[Summary], Row]] = {
     "latency": _latency,
+    "saturation": _saturation,
     "idle": _idle,
     "overhead": _overhead,
     "memory": _memory,
@@ -231,8 +245,13 @@ _LATENCY_NOTE = (
     "- *Latency* runs from just before the PATCH is sent, so it includes that request's "
     "round trip. The change points `spec.repoDir` at a missing directory, so the run it "
     "starts ends at once (`ProgramInvalid`, no Pulumi CLI); each change waits for the "
-    "previous run to end, so a worker is free, as in a mostly idle fleet. With every worker "
-    "busy in a long update, a spec change waits for a worker before it is acknowledged."
+    "previous run to end, so a worker is free, as in a mostly idle fleet. *Under "
+    "saturation* no worker is free: the operator runs with `--workers=2` and a "
+    "per-namespace cap of 2, two slow Stacks' updates (a 600 s provider sleep) hold both, "
+    "and the changes do not wait for their runs; the acknowledger, an informer handler with "
+    "a thread of its own, writes `Reconciling=True` with the new `observedGeneration` "
+    "without a worker. The row fails unless both slow updates still run when the sampling "
+    "ends."
 )
 _OVERHEAD_NOTE = (
     "- *Overhead:* the operator's time runs from the spec PATCH to the watch seeing "
@@ -252,7 +271,9 @@ _PARALLEL_NOTE = (
 )
 _MEMORY_NOTE = (
     "- *Memory* is the operator process alone (`/proc/<pid>/status`); Pulumi runs in child "
-    "processes and is not included."
+    "processes and is not included. The operator does not import the Pulumi SDK (it finds "
+    "and drives the CLI itself), and its cache keeps each object's managedFields in short "
+    "form (who wrote which top-level field), its keys and short strings interned."
 )
 
 

@@ -1,0 +1,125 @@
+"""Latency under saturation: a spec change acknowledged while every worker is in an update.
+
+The fleet (1,000 idle Ready Stacks) plus one slow Stack per worker, in the fleet's
+namespace. The operator runs with its default 2 workers and a per-namespace cap equal to
+them, so that both workers can be taken by the slow Stacks: each one's first update
+sleeps ``SLOW_SECONDS`` in its provider. Once both slow Stacks show ``currentUpdate`` (the
+workers are in their runs), fleet Stacks' specs are merge-patched one at a time, and each
+sample is the time from just before the PATCH is sent until the bench's watch delivers a
+version of that Stack with ``Reconciling=True`` and ``status.observedGeneration`` equal to
+the new generation: the acknowledgment, which must not wait for a worker. The changed
+Stacks' runs wait in the queue (they are not awaited). The sampling must end while both
+slow updates still run; it fails otherwise, since later samples would not be saturated.
+
+Afterwards the operator is stopped (interrupting the slow updates), the slow Stacks are
+deleted (their finalizer removed first) and the sampled Stacks put back to their seeded
+spec and Ready status.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, cast
+
+from kubernetes import client
+
+from bench.context import Context
+from bench.fleet import GROUP, PLURAL, VERSION, manifest, stack_spec
+from bench.operator import Operator
+from bench.stats import Summary, percentile
+from bench.watch import Predicate, Seen, StackWatch, reconciling
+
+WORKERS = 2  # the operator's default --workers
+SLOW_SECONDS = 600  # each slow update's provider sleep: longer than any sampling
+SAMPLED_STACKS = 10
+SAMPLE_TIMEOUT = 60.0
+START_TIMEOUT = 300.0
+
+
+def run(ctx: Context) -> Summary:
+    """One summary line: p50/p99/max (ms) of the acknowledgments under saturation."""
+    fleet = ctx.fleet
+    fleet.ensure(ctx.scale.stacks)
+    size = len(fleet.names)
+    names = fleet.names[:SAMPLED_STACKS]
+    slow = [f"slow-{secrets.token_hex(3)}" for _ in range(WORKERS)]
+    cap = f"--max-concurrent-reconciles-per-namespace={WORKERS}"
+    operator = Operator(ctx.bed, fleet.namespace, f"--workers={WORKERS}", cap)
+    api = client.CustomObjectsApi(ctx.bed.api)
+    try:
+        with operator, StackWatch(ctx.bed.api, fleet.namespace) as watch:
+            operator.wait_until("/readyz", START_TIMEOUT)
+            operator.wait_reconciled(size, START_TIMEOUT)
+            ctx.progress(f"saturation: {WORKERS} slow updates among {size} Stacks")
+            for name in slow:
+                spec = stack_spec(ctx.bed, name, delay=str(SLOW_SECONDS))
+                api.create_namespaced_custom_object(
+                    GROUP, VERSION, fleet.namespace, PLURAL, manifest(name, spec)
+                )
+            for name in slow:
+                watch.wait_for(_running(name), START_TIMEOUT)
+            ctx.progress(f"saturation: {ctx.scale.latency_samples} spec changes, workers busy")
+            latencies = [
+                _sample(ctx, watch, names[index % len(names)], index)
+                for index in range(ctx.scale.latency_samples)
+            ]
+            _assert_still_busy(api, fleet.namespace, slow)
+    finally:
+        _delete(api, fleet.namespace, slow)
+        fleet.restore(names)
+    return Summary.of(
+        "saturation",
+        stacks=size,
+        busy=WORKERS,
+        samples=len(latencies),
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        max_ms=max(latencies) * 1000,
+    )
+
+
+def _running(name: str) -> Predicate:
+    """A watch predicate: ``name`` shows an update in flight (a worker is in its run)."""
+
+    def check(seen: Seen) -> bool:
+        status = seen.obj.get("status") or {}
+        return bool(seen.name == name and status.get("currentUpdate"))
+
+    return check
+
+
+def _sample(ctx: Context, watch: StackWatch, name: str, index: int) -> float:
+    """Change one Stack's spec; seconds until its acknowledgment is seen."""
+    api = client.CustomObjectsApi(ctx.bed.api)
+    body = {"spec": {"repoDir": f"bench-saturated-{index}"}}
+    sent = time.monotonic()
+    obj = cast(
+        "dict[str, Any]",
+        api.patch_namespaced_custom_object(GROUP, VERSION, ctx.fleet.namespace, PLURAL, name, body),
+    )
+    generation = int(obj["metadata"]["generation"])
+    seen = watch.wait_for(reconciling(name, generation), SAMPLE_TIMEOUT, after=sent)
+    return seen.arrived - sent
+
+
+def _assert_still_busy(api: client.CustomObjectsApi, namespace: str, slow: list[str]) -> None:
+    """Fail unless every slow update still ran when the sampling ended."""
+    for name in slow:
+        found = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        if not (cast("dict[str, Any]", found).get("status") or {}).get("currentUpdate"):
+            msg = f"{name}'s slow update ended before the sampling did: not saturated"
+            raise RuntimeError(msg)
+
+
+def _delete(api: client.CustomObjectsApi, namespace: str, names: list[str]) -> None:
+    """Remove the slow Stacks (the operator is stopped: drop its finalizer first)."""
+    for name in names:
+        try:
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": None}}
+            )
+            api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
