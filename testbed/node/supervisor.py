@@ -77,6 +77,13 @@ def _died(running: dict[str, int]) -> bool:
     return False
 
 
+# Every component's Popen, kept for the supervisor's life. A Popen dropped while its
+# process runs goes to subprocess's list of children to reap, and the next Popen reaps
+# them (``subprocess._cleanup``): a component that died by then would vanish without the
+# supervisor's own ``waitpid`` ever seeing it exit.
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
 def _start(component: dict[str, Any]) -> int:
     with Path(component["log"]).open("ab") as log:
         proc = subprocess.Popen(
@@ -86,6 +93,7 @@ def _start(component: dict[str, Any]) -> int:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    _CHILDREN.append(proc)
     _log(f"started {component['name']} (pid {proc.pid})")
     return proc.pid
 

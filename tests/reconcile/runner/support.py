@@ -14,6 +14,7 @@ from typing import Any, Self
 from reconcile import process
 from reconcile.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
 from testbed.pulumi_env import PulumiEnv
+from tests.e2e.waits import pending
 
 STACK = "dev"
 # Random per run, so that finding one anywhere means it leaked.
@@ -101,9 +102,14 @@ def sleeping(pid: int) -> bool:
 def slow_step_running(pulumi_env: PulumiEnv) -> bool:
     """Whether an update of ``dev`` has its dynamic provider inside a step's ``delay``.
 
-    The lock names the CLI; the provider is its descendant running ``pulumi.dynamic``;
-    ``delay`` is a ``time.sleep`` in the provider's create or update.
+    The checkpoint records the ``file`` step as pending (the engine writes that before it
+    calls the provider); the lock names the CLI; the provider is its descendant running
+    ``pulumi.dynamic``, with a thread in nanosleep: ``delay`` is a ``time.sleep`` in the
+    provider's create or update, its first statement. (A thread in nanosleep alone is not
+    enough: the provider's own threads sleep too, before any step has begun.)
     """
+    if not pending(pulumi_env.backend_dir, STACK):
+        return False
     for lock in lock_files(pulumi_env):  # afresh: a short command before ``up`` may hold one
         try:
             cli: int = json.loads(lock.read_text())["pid"]
