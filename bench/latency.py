@@ -26,7 +26,7 @@ from bench.context import Context
 from bench.fleet import GROUP, PLURAL, VERSION
 from bench.operator import Operator
 from bench.stats import Summary, percentile
-from bench.watch import StackWatch, concluded, reconciling
+from bench.watch import Seen, StackWatch, concluded, reconciling
 
 SAMPLED_STACKS = 10
 SAMPLE_TIMEOUT = 60.0
@@ -67,8 +67,21 @@ def _measure(ctx: Context, wanted: int) -> tuple[int, list[float]]:
 
 def _sample(ctx: Context, watch: StackWatch, name: str, index: int) -> float:
     """Change one Stack's spec; seconds until Reconciling=True for it, after the run ends."""
+    seen, generation, sent = acknowledged(ctx, watch, name, f"bench-missing-{index}")
+    watch.wait_for(concluded(name, generation), SAMPLE_TIMEOUT, after=sent)
+    return seen.arrived - sent
+
+
+def acknowledged(
+    ctx: Context, watch: StackWatch, name: str, repo_dir: str
+) -> tuple[Seen, int, float]:
+    """Point a fleet Stack's ``spec.repoDir`` at ``repo_dir``; wait for its acknowledgment.
+
+    Returns the version that acknowledged it (Reconciling=True for the new generation),
+    that generation, and when (``time.monotonic()``) the PATCH was about to be sent.
+    """
     api = client.CustomObjectsApi(ctx.bed.api)
-    body = {"spec": {"repoDir": f"bench-missing-{index}"}}
+    body = {"spec": {"repoDir": repo_dir}}
     sent = time.monotonic()
     obj = cast(
         "dict[str, Any]",
@@ -76,5 +89,4 @@ def _sample(ctx: Context, watch: StackWatch, name: str, index: int) -> float:
     )
     generation = int(obj["metadata"]["generation"])
     seen = watch.wait_for(reconciling(name, generation), SAMPLE_TIMEOUT, after=sent)
-    watch.wait_for(concluded(name, generation), SAMPLE_TIMEOUT, after=sent)
-    return seen.arrived - sent
+    return seen, generation, sent

@@ -19,21 +19,20 @@ spec and Ready status.
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any, cast
 
 from kubernetes import client
 
 from bench.context import Context
 from bench.fleet import GROUP, PLURAL, VERSION, manifest, stack_spec
+from bench.latency import acknowledged
 from bench.operator import Operator
 from bench.stats import Summary, percentile
-from bench.watch import Predicate, Seen, StackWatch, reconciling
+from bench.watch import Predicate, Seen, StackWatch
 
 WORKERS = 2  # the operator's default --workers
 SLOW_SECONDS = 600  # each slow update's provider sleep: longer than any sampling
 SAMPLED_STACKS = 10
-SAMPLE_TIMEOUT = 60.0
 START_TIMEOUT = 300.0
 
 
@@ -91,15 +90,7 @@ def _running(name: str) -> Predicate:
 
 def _sample(ctx: Context, watch: StackWatch, name: str, index: int) -> float:
     """Change one Stack's spec; seconds until its acknowledgment is seen."""
-    api = client.CustomObjectsApi(ctx.bed.api)
-    body = {"spec": {"repoDir": f"bench-saturated-{index}"}}
-    sent = time.monotonic()
-    obj = cast(
-        "dict[str, Any]",
-        api.patch_namespaced_custom_object(GROUP, VERSION, ctx.fleet.namespace, PLURAL, name, body),
-    )
-    generation = int(obj["metadata"]["generation"])
-    seen = watch.wait_for(reconciling(name, generation), SAMPLE_TIMEOUT, after=sent)
+    seen, _, sent = acknowledged(ctx, watch, name, f"bench-saturated-{index}")
     return seen.arrived - sent
 
 
