@@ -64,6 +64,18 @@ class QueueHandler:
             if call in missing:
                 missing.remove(call)
 
+    def expect_one_of(self, *choices: Call, timeout: float = 30) -> Call:
+        """Wait until any one of ``choices`` has been seen; return it."""
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                call = self.calls.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if call in choices:
+                return call
+        pytest.fail(f"never saw any of {list(choices)}")
+
 
 class GatedListWatcher:
     """Wraps a real ListWatcher; while the gate is closed, a new watch waits before starting."""
@@ -187,18 +199,22 @@ def test_expired_resource_version_relists_and_loses_no_delete(
 def test_apiserver_killed_mid_watch_loses_no_event(
     control_plane: ControlPlane, objects: client.CustomObjectsApi, namespace: str
 ) -> None:
-    """Changes right before a SIGKILL of kube-apiserver and right after its restart all arrive."""
+    """Changes right before a SIGKILL of kube-apiserver and right after its restart all arrive.
+
+    "before" is created just before the kill, so its watch event may die with the apiserver;
+    it must then arrive through the resumed watch or the relist. It is deleted only once seen:
+    an object created and deleted while the informer is disconnected is, by informer
+    semantics, never observed, and this test is about losing nothing that still exists.
+    """
     informer, handler, _, api = start_informer(control_plane, namespace)
     try:
         create(objects, namespace, "before")
         control_plane.restart_apiserver(down_for=1.0)
         create(objects, namespace, "after")
-        delete(objects, namespace, "before")
         handler.expect(("add", "before"), ("add", "after"))
-        deadline = time.monotonic() + 60
-        while informer.store.keys(namespace) != [ObjectKey(namespace, "after")]:
-            assert time.monotonic() < deadline, informer.store.keys(namespace)
-            time.sleep(0.1)
+        delete(objects, namespace, "before")
+        handler.expect_one_of(("delete", "before"), ("delete-unknown", "before"))
+        assert informer.store.keys(namespace) == [ObjectKey(namespace, "after")]
         assert informer.alive()
     finally:
         informer.stop()
