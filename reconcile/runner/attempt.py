@@ -25,8 +25,9 @@ from reconcile import process
 from reconcile.runner import project as projects
 from reconcile.runner.cli import Cli, CliContext, CliError, CliStoppedError
 from reconcile.runner.engine import EventLog, StepObserver, holds_secret
-from reconcile.runner.failures import Phase, StepFailedError, classify
+from reconcile.runner.failures import Phase, StepFailedError, classify, stack_missing
 from reconcile.runner.home import PLUGINS_DIR, make_home
+from reconcile.runner.known import KnownStack
 from reconcile.runner.scrub import Scrubber
 from reconcile.runner.types import (
     MESSAGE_LIMIT,
@@ -96,6 +97,7 @@ class Attempt:
         self.observer = StepObserver(None, self._report)
         self.log = log.bind(pulumi_stack=request.stack, operation=operation)
         self._project: projects.Project | None = None
+        self.assumed = False  # the stack was not selected: a marker says it exists
 
     @property
     def project(self) -> projects.Project:
@@ -104,16 +106,32 @@ class Attempt:
             self._project = projects.load_project(self.request.work_dir)
         return self._project
 
+    @property
+    def known(self) -> KnownStack:
+        """This stack's marker in the home (see ``reconcile.runner.known``)."""
+        backend = self.request.env.get("PULUMI_BACKEND_URL", "")
+        request = self.request
+        return KnownStack(
+            self.home, backend, self.project.name, request.stack, request.secrets_provider
+        )
+
     # phases ------------------------------------------------------------------------------
 
     def open_stack(self, *, create: bool) -> None:
-        """Check the project, make the Stack's home, then select (or create) the stack."""
+        """Check the project, make the Stack's home, then select (or create) the stack.
+
+        The select is skipped when this home selected the stack before (``known``);
+        ``vanished`` is how a caller learns that the stack has gone since.
+        """
         self.log.info("Starting pulumi operation", request=repr(self.request))
         _ = self.project  # fail early, before any CLI call
         with self._phase("select"):
             store = self.settings.plugin_home.absolute()
             if self.home != store:
                 make_home(self.home, store / PLUGINS_DIR)
+            if self.known.known():
+                self.assumed = True
+                return
             try:
                 self.cli.run(["stack", "select", "--stack", self.request.stack])
             except CliError as err:
@@ -122,6 +140,19 @@ class Attempt:
                 provider = self.request.secrets_provider
                 extra = ["--secrets-provider", provider] if provider else []
                 self.cli.run(["stack", "init", *extra, "--stack", self.request.stack])
+            self.known.remember()
+
+    def vanished(self, failure: StepFailedError) -> bool:
+        """True when a stack assumed to exist was missing: its marker is then forgotten.
+
+        The caller may then run its phases once more, from ``open_stack``.
+        """
+        if not self.assumed or failure.kind is not ErrorKind.STACK_NOT_FOUND:
+            return False
+        self.log.info("The stack has gone since it was last selected; selecting it again")
+        self.known.forget()
+        self.assumed = False
+        return True
 
     def find_stack(self) -> bool:
         """Select the stack; False when it does not exist."""
@@ -204,6 +235,7 @@ class Attempt:
                 ["stack", "rm", "--yes", "--stack", self.request.stack], interruptible=False
             )
         projects.managed_keys_file(self.request).unlink(missing_ok=True)
+        self.known.forget()
         return self.succeeded(changes=changes, stdout=result.stdout)
 
     def cancel(self) -> None:
@@ -281,6 +313,8 @@ class Attempt:
         if not isinstance(err, CliError):
             return classify(phase, "", "")
         stderr = "\n".join([err.result.stderr, *self.observer.errors])
+        if self.assumed and stack_missing(stderr):
+            return ErrorKind.STACK_NOT_FOUND
         return classify(phase, err.result.stdout, stderr)
 
     def _failure_text(self, failure: StepFailedError) -> str:

@@ -42,11 +42,16 @@ class StepFailedError(Exception):
         self.detail = detail
 
 
+def stack_missing(stderr: str) -> bool:
+    """The CLI said the stack it was given does not exist (any command, any phase)."""
+    return bool(_NOT_FOUND.search(stderr))
+
+
 def classify(phase: Phase, stdout: str, stderr: str) -> ErrorKind:
     """The kind of a CLI failure in ``phase``; ``stderr`` includes the engine's diagnostics."""
     if _CONFLICT.search(stderr):
         return ErrorKind.CONFLICT
-    if phase == "select" and _NOT_FOUND.search(stderr):
+    if phase == "select" and stack_missing(stderr):
         return ErrorKind.STACK_NOT_FOUND
     if _NOT_COMPILED.search(stdout) or _BAD_SYNTAX.search(stderr):
         return ErrorKind.PROGRAM_INVALID

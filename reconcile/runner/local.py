@@ -35,8 +35,9 @@ Guarantees:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -54,6 +55,7 @@ from reconcile.runner.types import (
     UpdateRequest,
 )
 
+T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 
@@ -97,14 +99,16 @@ class LocalRunner:
         when drift must fail it.
         """
         attempt = self._attempt(request, stop, on_progress)
-        try:
+
+        def phases() -> Outcome:
             attempt.open_stack(create=not request.use_local_stack_only)
             attempt.configure()
             if request.refresh and (request.expect_no_refresh_changes or not request.preview):
                 attempt.refresh()
             return attempt.preview() if request.preview else attempt.up()
-        except StepFailedError as failure:
-            return attempt.failed(failure)
+
+        try:
+            return _again_if_vanished(attempt, phases)
         finally:
             forget_credentials(attempt.home)
 
@@ -121,13 +125,15 @@ class LocalRunner:
         ``targets`` of the request are ignored.
         """
         attempt = Attempt(self._settings, request, "destroy", stop, on_progress)
-        try:
+
+        def phases() -> Outcome:
             if not attempt.find_stack():
                 return attempt.succeeded(note="the stack does not exist; nothing to destroy")
             attempt.configure()
             return attempt.destroy()
-        except StepFailedError as failure:
-            return attempt.failed(failure)
+
+        try:
+            return _again_if_vanished(attempt, phases)
         finally:
             forget_credentials(attempt.home)
 
@@ -137,14 +143,15 @@ class LocalRunner:
         None when all that succeeded; else the failed ``Outcome`` ``run`` would return.
         """
         attempt = self._attempt(request, threading.Event(), lambda _progress: None)
-        try:
+
+        def phases() -> None:
             attempt.open_stack(create=not request.use_local_stack_only)
             attempt.configure()
-        except StepFailedError as failure:
-            return attempt.failed(failure)
+
+        try:
+            return _again_if_vanished(attempt, phases)
         finally:
             forget_credentials(attempt.home)
-        return None
 
     def attach(
         self,
@@ -212,3 +219,19 @@ class LocalRunner:
         return (
             None if backend is None else backend_locks.lock_files(backend, project, request.stack)
         )
+
+
+def _again_if_vanished(attempt: Attempt, phases: Callable[[], T]) -> T | Outcome:
+    """Run ``phases``; once more if the stack an unselected run assumed had gone.
+
+    A failure (of either run) becomes the attempt's failed ``Outcome``.
+    """
+    try:
+        return phases()
+    except StepFailedError as failure:
+        if not attempt.vanished(failure):
+            return attempt.failed(failure)
+    try:
+        return phases()
+    except StepFailedError as failure:
+        return attempt.failed(failure)

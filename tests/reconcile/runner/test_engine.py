@@ -53,7 +53,8 @@ def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
     outcome = run(runner, request)
 
     assert succeeded(outcome)
-    assert subcommands(argv_spy.argvs) == [("stack", "select"), ("config", "set"), ("up",)]
+    # The home selected the stack before: no `stack select` this time.
+    assert subcommands(argv_spy.argvs) == [("config", "set"), ("up",)]
     assert first.resource_changes == {"create": 2}
     assert outcome.resource_changes == {"same": 2}
     expected = {"path": str(target), "content": "same", "secretContent": MASK}

@@ -6,6 +6,8 @@ program: the stock provider has none, so its refresh never sees out-of-band edit
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -16,7 +18,14 @@ import pytest
 from reconcile.runner import ErrorKind, LocalRunner, Progress, Runner, UpdateRequest
 from reconcile.runner.types import MASK
 from testbed.pulumi_env import PulumiEnv
-from tests.reconcile.runner.support import STACK, ProgressLog, run, succeeded
+from tests.reconcile.runner.support import (
+    STACK,
+    ArgvSpy,
+    ProgressLog,
+    run,
+    subcommands,
+    succeeded,
+)
 
 pytestmark = pytest.mark.pulumi
 
@@ -263,6 +272,92 @@ def test_destroy_of_a_missing_stack_succeeds(
     assert succeeded(outcome)
     assert outcome.resource_changes == {}
     assert "does not exist" in outcome.message
+
+
+# --- skipping `stack select` -----------------------------------------------------------------
+
+
+def remove_stack(pulumi_env: PulumiEnv, program: Path) -> None:
+    """``pulumi stack rm`` behind the runner's back, as a user would."""
+    argv = ["pulumi", "stack", "rm", "--yes", "--force", "--stack", STACK, "--non-interactive"]
+    env = {**os.environ, **pulumi_env.env}
+    subprocess.run(argv, cwd=program, env=env, check=True, capture_output=True)
+
+
+def test_a_stack_removed_behind_the_runners_back_is_created_again(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    pulumi_env: PulumiEnv,
+    program: Path,
+    target: Path,
+    argv_spy: ArgvSpy,
+) -> None:
+    """The unselected run finds the stack gone, selects (so creates) it, and succeeds."""
+    assert succeeded(run(runner, make_request({"content": "one"})))
+    remove_stack(pulumi_env, program)
+    argv_spy.argvs.clear()
+
+    outcome = run(runner, make_request({"content": "two"}))
+
+    assert succeeded(outcome), outcome.message
+    assert subcommands(argv_spy.argvs) == [
+        ("up",),  # assumed the stack existed: "no stack named 'dev' found"
+        ("stack", "select"),
+        ("stack", "init"),
+        ("up",),
+    ]
+    assert target.read_text() == "two"
+
+
+def test_a_local_only_stack_removed_behind_the_runners_back_is_not_found(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    pulumi_env: PulumiEnv,
+    program: Path,
+) -> None:
+    """With ``useLocalStackOnly`` the gone stack is not created: ``STACK_NOT_FOUND``."""
+    assert succeeded(run(runner, make_request()))
+    remove_stack(pulumi_env, program)
+
+    outcome = run(runner, make_request(use_local_stack_only=True))
+
+    assert outcome.error is ErrorKind.STACK_NOT_FOUND
+    assert "no stack named" in outcome.message
+
+
+def test_destroy_of_a_stack_removed_behind_the_runners_back_succeeds(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    pulumi_env: PulumiEnv,
+    program: Path,
+) -> None:
+    """A known stack that has gone since counts as destroyed, as a missing one does."""
+    assert succeeded(run(runner, make_request()))
+    remove_stack(pulumi_env, program)
+
+    outcome = runner.destroy(make_request(), on_progress=ProgressLog(), stop=threading.Event())
+
+    assert succeeded(outcome), outcome.message
+    assert "does not exist" in outcome.message
+
+
+def test_another_backend_is_selected_not_assumed(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    tmp_path: Path,
+    argv_spy: ArgvSpy,
+) -> None:
+    """The marker is per backend: the same stack name elsewhere is selected (and created)."""
+    assert succeeded(run(runner, make_request()))
+    other = tmp_path / "other-backend"
+    other.mkdir()
+    argv_spy.argvs.clear()
+
+    outcome = run(runner, make_request(env={"PULUMI_BACKEND_URL": f"file://{other}"}))
+
+    assert succeeded(outcome), outcome.message
+    assert subcommands(argv_spy.argvs)[:2] == [("stack", "select"), ("stack", "init")]
+    assert (other / ".pulumi" / "stacks" / "files" / f"{STACK}.json").exists()
 
 
 # --- prepare, attach ------------------------------------------------------------------------
