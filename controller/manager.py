@@ -28,6 +28,7 @@ import structlog
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from controller import heap
 from controller.cache import Object, Store
 from controller.config import Config
 from controller.informer import (
@@ -284,6 +285,7 @@ class Manager:
             self.shutdown.set()
         if not self.shutdown.is_set():
             log.info("Caches synced", objects=len(self.informer.store))
+            heap.settle()  # the first list's garbage: back to the OS, the cache out of GC scans
             if self.config.leader_elect:
                 self._start_election()
             else:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import prometheus_client
 
+from controller import heap
 from controller.logs import configure_logging
 from controller.manager import Manager, run
 from pulumi_stack_operator.config import parse_config
@@ -23,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pulumi_stack_operator import agent  # noqa: PLC0415
 
         return agent.main(args[1:])
+    heap.limit_arenas()  # before any thread starts
     cfg = parse_config(args)
     configure_logging(cfg.manager.log_format, cfg.manager.log_level)
     # No *_created series: they double the exposition, client-go's metrics have none, and
