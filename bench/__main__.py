@@ -32,6 +32,7 @@ from bench import (
     memory,
     overhead,
     parallel,
+    peer,
     readme,
     saturation,
     startup,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "startup": startup.run,
     "idle": idle.run,
     "memory": memory.run,
+    "peer": peer.run,
 }
 DEFAULT_OUT = Path("bench") / "results.txt"
 

@@ -277,6 +277,85 @@ _MEMORY_NOTE = (
 )
 
 
+# -- the side-by-side table ---------------------------------------------------------------
+
+PEER_HEAD = (
+    "| measured | this operator | Pulumi operator v1.16 | PKO ÷ ours |",
+    "| --- | --- | --- | --- |",
+)
+
+
+def _peer_rows(p: Summary) -> list[tuple[str, str, str, str]]:
+    small, large = _n(p.get("small")), _n(p.get("large"))
+
+    def both(key: str, unit: str, scale: float = 1.0) -> tuple[str, str, str]:
+        ours, theirs = p.get(f"pso_{key}") * scale, p.get(f"pko_{key}") * scale
+        ratio = f"{theirs / ours:.2f}{TIMES}" if ours else "—"
+        return f"{_sig(ours)} {unit}", f"{_sig(theirs)} {unit}", ratio
+
+    def words(key: str) -> tuple[str, str, str]:
+        return (
+            p.text(f"pso_{key}").replace(">", " → "),
+            p.text(f"pko_{key}").replace(">", " → "),
+            "—",
+        )
+
+    ours_idle, their_idle = (
+        " / ".join(_n(p.get(f"{side}_idle_{k}")) for k in ("writes", "events", "pulumi", "git"))
+        for side in ("pso", "pko")
+    )
+    window, fail = _n(p.get("idle_window")), _n(p.get("fail_window"))
+    return [
+        ("start-up: spawn → first status write", *both("startup_s", "s")),
+        (f"spawn → all {small} Stacks Ready (their first `up`)", *both("ready_s", "s")),
+        ("spec PATCH → first status saying `Reconciling=True`", *both("ack_ms", "ms")),
+        ("… of which carried the new `observedGeneration`", *both("ack_observes", "%", 100)),
+        ("spec PATCH → `Ready=True` for the new generation", *both("applied_s", "s")),
+        ("kstatus, version by version, during that run", *words("run_verdicts")),
+        (f"kstatus after a failing `up` (PATCH + {fail} s)", *words("fail_verdicts")),
+        ("… the first version saying `lastUpdate.state: failed`: Ready", *words("fail_ready")),
+        ("… Reconciling", *words("fail_reconciling")),
+        ("… Stalled", *words("fail_stalled")),
+        (
+            "… its `observedGeneration` names the failed generation",
+            *both("fail_observes", "%", 100),
+        ),
+        (f"`pulumi up` runs in those {fail} s (the first and retries)", *both("fail_runs", "")),
+        (f"RSS with {small} Stacks", *both("rss_small_mib", "MiB")),
+        (f"RSS with {large} Stacks", *both("rss_large_mib", "MiB")),
+        (
+            (
+                f"idle {window} s with {large} Ready Stacks: Stack versions / Events / "
+                "`pulumi` runs / git requests"
+            ),
+            ours_idle,
+            their_idle,
+            "—",
+        ),
+        (f"… operator CPU in those {window} s", *both("idle_cpu_s", "s")),
+    ]
+
+
+def _peer(results: Mapping[str, Summary]) -> list[str]:
+    p = results.get("peer")
+    if p is None or "error" in p.fields:
+        why = p.text("error") if p else "not run"
+        return ["Side by side with the Pulumi Kubernetes Operator v1.16: " + why + "."]
+    lines = [
+        (
+            "Side by side with the Pulumi Kubernetes Operator v1.16 (`bench=peer`, same run): the "
+            "same Pulumi YAML program (no resources, nothing to install), git daemon, pinned "
+            "commit and Pulumi CLI; a control plane and a `file://` backend each; each operator "
+            "as shipped (ours: local runner, 2 workers; PKO: its Deployment's arguments, 10 "
+            "workers)."
+        ),
+        "",
+        *PEER_HEAD,
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in _peer_rows(p)]
+    return lines
+
+
 def _notes(results: Mapping[str, Summary]) -> list[str]:
     seed = results.get("seed")
     seeded = (
@@ -312,7 +391,17 @@ def _raw(results: Mapping[str, Summary]) -> list[str]:
 
 def render(results: Mapping[str, Summary]) -> str:
     """The Markdown between the README's markers, from one run's summary lines."""
-    parts = [_header(results), "", *_table(results), "", *_notes(results), "", *_raw(results)]
+    parts = [
+        _header(results),
+        "",
+        *_table(results),
+        "",
+        *_peer(results),
+        "",
+        *_notes(results),
+        "",
+        *_raw(results),
+    ]
     return "\n".join(parts)
 
 

@@ -70,28 +70,35 @@ class TestBed:
     def api(self) -> client.ApiClient:
         """The bench's admin API client (shared; thread-safe, pooled)."""
         if self._api is None:
-            configuration = client.Configuration()
-            config.load_kube_config(
-                config_file=str(self.control_plane.kubeconfig),
-                client_configuration=configuration,
-            )
-            configuration.connection_pool_maxsize = POOL_SIZE
-            self._api = client.ApiClient(configuration)
+            self._api = admin_client(self.control_plane.kubeconfig)
         return self._api
 
     def namespace(self, prefix: str) -> str:
         """A fresh namespace with the passphrase Secret in it."""
-        name = f"{prefix}-{secrets.token_hex(3)}"
-        core = client.CoreV1Api(self.api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-        data: dict[str, bytes | str] = {
-            "passphrase": base64.b64encode(TEST_PASSPHRASE.encode()).decode()
-        }
-        secret = client.V1Secret(metadata=client.V1ObjectMeta(name=PASSPHRASE_SECRET), data=data)
-        core.create_namespaced_secret(name, secret)
-        return name
+        return passphrase_namespace(self.api, prefix)
 
     def event_count(self, namespace: str) -> tuple[int, int]:
         """Event objects in ``namespace`` and the sum of their ``count`` fields."""
         items = client.CoreV1Api(self.api).list_namespaced_event(namespace).items
         return len(items), sum(e.count or 1 for e in items)
+
+
+def admin_client(kubeconfig: Path) -> client.ApiClient:
+    """A pooled, thread-safe API client for the admin user of ``kubeconfig``."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = POOL_SIZE
+    return client.ApiClient(configuration)
+
+
+def passphrase_namespace(api: client.ApiClient, prefix: str) -> str:
+    """A fresh namespace ``<prefix>-<random>`` holding the passphrase Secret; its name."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    data: dict[str, bytes | str] = {
+        "passphrase": base64.b64encode(TEST_PASSPHRASE.encode()).decode()
+    }
+    secret = client.V1Secret(metadata=client.V1ObjectMeta(name=PASSPHRASE_SECRET), data=data)
+    core.create_namespaced_secret(name, secret)
+    return name

@@ -113,6 +113,11 @@ class StackWatch(Running):
                     raise WatchError(msg)
                 self._cond.wait(left)
 
+    def versions(self, name: str, start: float, end: float) -> list[Seen]:
+        """The versions of Stack ``name`` that arrived between ``start`` and ``end``."""
+        with self._cond:
+            return [s for s in self._seen if s.name == name and start <= s.arrived < end]
+
     def modified(self, start: float, end: float) -> int:
         """Versions (writes of any kind) that arrived between ``start`` and ``end``."""
         with self._cond:

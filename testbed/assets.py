@@ -62,6 +62,14 @@ _K8S_BINARIES = ("kube-apiserver", "kubectl")
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler", "pause")
 HELM_VERSION = "3.22.0"
 HELM_K8S_MINOR = "37"  # the client-go minor helm 3.22 is built with
+# Built only for ``make bench``'s side-by-side comparison (bench/peer), never for the tests:
+# the Pulumi Kubernetes Operator's last v1 release, and the YAML language host that runs
+# the program both operators are given there. The proxy serves PKO v1.16.0, but the
+# checksum database has no entry for it, so that one module is fetched with GONOSUMDB set;
+# its dependencies still verify against its own go.sum.
+PKO_MODULE = "github.com/pulumi/pulumi-kubernetes-operator"
+PKO_VERSION = "1.16.0"
+YAML_HOST_VERSION = "1.25.0"
 PULUMI_BINARIES = (
     "pulumi",
     "pulumi-language-python",
@@ -180,18 +188,27 @@ class _Go:
         )
         return env
 
-    def run(self, args: Sequence[str], cwd: Path) -> str:
+    def run(
+        self, args: Sequence[str], cwd: Path, extra_env: Mapping[str, str] | None = None
+    ) -> str:
         _log("go " + " ".join(args))
+        env = {**self.env(), **(extra_env or {})}
         proc = subprocess.run(
-            ["go", *args], cwd=cwd, env=self.env(), capture_output=True, text=True, check=False
+            ["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
         )
         if proc.returncode != 0:
             msg = f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}"
             raise AssetError(msg)
         return proc.stdout
 
-    def download(self, module: str, cwd: Path) -> Mapping[str, object]:
-        info: dict[str, object] = json.loads(self.run(["mod", "download", "-json", module], cwd))
+    def download(
+        self,
+        module: str,
+        cwd: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Mapping[str, object]:
+        args = ["mod", "download", "-json", module]
+        info: dict[str, object] = json.loads(self.run(args, cwd, extra_env))
         if info.get("Error"):
             msg = f"the Go module proxy does not serve {module}: {info['Error']}"
             raise AssetError(msg)
@@ -376,6 +393,29 @@ def _build_python_host(go: _Go, bin_dir: Path) -> None:
     )
 
 
+def _build_pko(go: _Go, out: Path) -> None:
+    """Build PKO v1's manager in its own module (its go.mod pins old Kubernetes modules).
+
+    Its metrics listener is hard-wired to 0.0.0.0:8383; the stamp moves it to loopback.
+    """
+    info = go.download(f"{PKO_MODULE}@v{PKO_VERSION}", go.cache, {"GONOSUMDB": PKO_MODULE})
+    source = Path(str(info["Dir"]))
+    stamp = f"-s -w -X main.metricsHost=127.0.0.1 -X {PKO_MODULE}/version.Version=v{PKO_VERSION}"
+    binary = out / "pulumi-kubernetes-operator"
+    go.run(["build", "-trimpath", "-ldflags", stamp, "-o", str(binary), "./cmd/manager"], source)
+    shutil.copytree(source / "deploy" / "crds", out / "crds")
+    for copied in (out / "crds").iterdir():
+        copied.chmod(0o644)
+
+
+def _build_yaml_host(go: _Go, out: Path) -> None:
+    wrapper = _new_wrapper(go, f"pulumi-yaml-{YAML_HOST_VERSION}", "go 1.26.0\n")
+    host = "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
+    go.run(["get", f"{host}@v{YAML_HOST_VERSION}"], wrapper)
+    stamp = f"-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=v{YAML_HOST_VERSION}"
+    go.run(["build", "-trimpath", "-ldflags", stamp, "-o", f"{out}/", host], wrapper)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Recipe:
     name: str
@@ -383,8 +423,11 @@ class _Recipe:
     binaries: tuple[str, ...]
     subdir: str  # where the binaries sit inside the built directory
     build: Callable[[_Go, Path], None]
-    smoke: tuple[str, ...]  # argv (after the first binary) that must succeed
+    smoke: tuple[str, ...]  # argv (after the first binary) to run as a smoke check
     recipe: str
+    # What the smoke check must print (default: the version) and may exit with.
+    smoke_marker: str = ""
+    smoke_codes: tuple[int, ...] = (0,)
 
 
 _RECIPES = {
@@ -426,6 +469,29 @@ _RECIPES = {
         _build_pulumi,
         ("version",),
         f"pulumi:pkg+sdk+shim:osusergo,grpcnotrace:python-host@{PYTHON_HOST_SDK_VERSION}",
+    ),
+    # Without WATCH_NAMESPACE the manager logs its version and exits 1.
+    "pko": _Recipe(
+        "pulumi-kubernetes-operator",
+        PKO_VERSION,
+        ("pulumi-kubernetes-operator",),
+        "",
+        _build_pko,
+        (),
+        "pko:cmd/manager+metrics-loopback+crds",
+        smoke_codes=(1,),
+    ),
+    # A language host has no version flag; -help proves it runs (Go's flag exits 0 or 2).
+    "yaml": _Recipe(
+        "pulumi-language-yaml",
+        YAML_HOST_VERSION,
+        ("pulumi-language-yaml",),
+        "",
+        _build_yaml_host,
+        ("-help",),
+        "yaml-host:cmd/pulumi-language-yaml",
+        smoke_marker="-root",
+        smoke_codes=(0, 2),
     ),
 }
 
@@ -498,10 +564,12 @@ def _build(recipe: _Recipe, go: _Go) -> Path:
                 check=False,
                 env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
             )
-            if smoke.returncode != 0 or recipe.version not in smoke.stdout + smoke.stderr:
+            marker = recipe.smoke_marker or recipe.version
+            printed = smoke.stdout + smoke.stderr
+            if smoke.returncode not in recipe.smoke_codes or marker not in printed:
                 msg = f"smoke check of {recipe.name} failed: {smoke.stdout}{smoke.stderr}"
                 raise AssetError(msg)
-            (staging / ".complete").write_text(smoke.stdout.strip() + "\n")
+            (staging / ".complete").write_text(printed.strip()[:2000] + "\n")
             shutil.rmtree(final, ignore_errors=True)
             staging.rename(final)
         except BaseException:
@@ -613,10 +681,11 @@ def find_prometheus_operator_crds(*, download: bool = True) -> Path:
 
 
 def find_built(name: str, *, build: bool = True) -> Path:
-    """Find (or build) the directory of an optional recipe: ``node`` or ``helm``.
+    """Find (or build) the directory of an optional recipe: ``node``, ``helm``, ``pko``, ``yaml``.
 
-    These are built only for the tests that need them (the node tests run as root with
-    containerd installed; see ``hack/install-node``).
+    These are built only where they are needed: the node's for the node tests (run as root
+    with containerd installed; see ``hack/install-node``), helm for the chart tests, and the
+    Pulumi Kubernetes Operator v1 and the YAML language host for ``make bench`` alone.
     """
     recipe = _RECIPES[name]
     override = os.environ.get(_env_name(recipe.name) + "_DIR")
@@ -655,8 +724,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="extra",
         action="append",
         default=[],
-        choices=("node", "helm"),
-        help="also find or build the node's binaries or helm (repeatable)",
+        choices=("node", "helm", "pko", "yaml"),
+        help="also find or build the node's binaries, helm, PKO v1 or the YAML host (repeatable)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()

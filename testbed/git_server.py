@@ -42,9 +42,12 @@ def git(*args: str, cwd: Path | None = None) -> str:
 class GitServer:
     """``git daemon`` exporting every repository under ``root``."""
 
-    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
-        """Prepare (not start) a server for ``root`` listening on ``host`` (an address)."""
-        self.root, self.host = root, host
+    def __init__(self, root: Path, host: str = "127.0.0.1", *, verbose: bool = False) -> None:
+        """Prepare (not start) a server for ``root`` listening on ``host`` (an address).
+
+        ``verbose`` makes the daemon log every request (see ``requests``).
+        """
+        self.root, self.host, self.verbose = root, host, verbose
         self.repos = root / "repos"
         self.port = free_port()
         self._process: Process | None = None
@@ -62,6 +65,7 @@ class GitServer:
             f"--base-path={self.repos}",
             f"--listen={self.host}",
             f"--port={self.port}",
+            *(["--verbose"] if self.verbose else []),
             str(self.repos),
         ]
         self._process = Process("git-daemon", argv, self.root / "logs", env={**os.environ})
@@ -71,6 +75,16 @@ class GitServer:
         """Stop the daemon."""
         if self._process is not None:
             self._process.stop()
+
+    def requests(self, service: str = "upload-pack") -> int:
+        """How many ``service`` requests (fetches, clones, ls-remotes) the daemon has served.
+
+        Counted from its log, so only with ``verbose``; 0 before the first.
+        """
+        if self._process is None or not self._process.log_path.exists():
+            return 0
+        text = self._process.log_path.read_text(errors="replace")
+        return text.count(f"Request {service} for ")
 
     def _accepting(self) -> bool:
         with socket.create_connection((self.host, self.port), timeout=1):

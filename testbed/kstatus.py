@@ -2,7 +2,8 @@
 
 Role: say what kstatus-based tools (Flux health checks, Helm 4 ``--wait``, cli-utils pollers,
 ``kpt live status``) conclude from one object, so tests can check that every status the
-operator writes reads as intended. A port, written for this project, of the Go package
+operator writes reads as intended, and so the benchmarks can say what those tools conclude
+from another operator's status. A port, written for this project, of the Go package
 ``pkg/kstatus/status`` of the public ``kubernetes-sigs/cli-utils`` repository as of commit
 5895ad6 (October 2025); Flux's fork ``fluxcd/cli-utils`` (May 2026), which Flux and Helm 4's
 ``--wait`` use, is algorithmically identical there:

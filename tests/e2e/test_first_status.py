@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from testbed import kstatus
+from testbed.kstatus import KStatus
 from tests.e2e.conftest import Operator, Program, Stacks, find, is_ready
-from tests.status import kstatus
 from tests.status.invariants import Observation
-from tests.status.kstatus import KStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 

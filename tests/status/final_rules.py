@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from tests.status import argo_health, kstatus
+from testbed import kstatus
+from testbed.kstatus import KStatus
+from tests.status import argo_health
 from tests.status.argo_health import HealthStatus
-from tests.status.kstatus import KStatus
 from tests.status.status_view import (
     PROGRESSING,
     PROGRESSING_WITH_RETRY,

@@ -4,7 +4,7 @@ Role: an independent witness of the status contract (``docs/status-contract.md``
 ``StackWatcher`` records every version of every Stack in a namespace through a watch, judges
 each one as it arrives with ``check`` against the version before it (the rules every write
 keeps), and at the end judges the last version of each Stack as a settled state with
-``check_final`` and ``unhandled_request``, including what kstatus (``tests.status.kstatus``)
+``check_final`` and ``unhandled_request``, including what kstatus (``testbed.kstatus``)
 and Argo CD (``tests.status.argo_health``) make of it. The rules, and when each applies, are
 in ``tests.status.status_rules``; this module re-exports its public names.
 """

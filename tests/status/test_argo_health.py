@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 
-from tests.status import argo_health, kstatus
+from testbed import kstatus
+from testbed.kstatus import KStatus
+from tests.status import argo_health
 from tests.status.argo_health import (
     PENDING_DELETION,
     WAITING_FOR_OBSERVATION,
     WAITING_FOR_RECONCILE,
     HealthStatus,
 )
-from tests.status.kstatus import KStatus
 
 HEALTHY, PROGRESSING, DEGRADED = (
     HealthStatus.HEALTHY,

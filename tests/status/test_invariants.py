@@ -17,7 +17,7 @@ from kubernetes import client
 
 from status import conditions as c
 from status.conditions import Reason
-from tests.status import kstatus
+from testbed import kstatus
 from tests.status.invariants import StackWatcher, check
 from tests.status.witness_fixtures import (
     CRD_DEFAULT,

@@ -16,9 +16,10 @@ import pytest
 
 from status import conditions as c
 from status.conditions import Reason
-from tests.status import argo_health, kstatus
+from testbed import kstatus
+from testbed.kstatus import KStatus
+from tests.status import argo_health
 from tests.status.argo_health import HealthStatus
-from tests.status.kstatus import KStatus
 from tests.status.status_rules import Violation, check, check_final
 from tests.status.witness_fixtures import (
     BLOCKED,

@@ -13,8 +13,8 @@ from typing import Any
 
 from status import conditions as c
 from status.conditions import Reason
+from testbed.kstatus import KStatus
 from tests.status.argo_health import HealthStatus
-from tests.status.kstatus import KStatus
 
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
 NAMESPACE, FINALIZER = "team", "finalizer.stack.pulumi.com"

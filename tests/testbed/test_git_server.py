@@ -21,3 +21,20 @@ def test_commit_push_then_clone(git_server: GitServer, tmp_path: Path) -> None:
     assert first != second
     assert remote[0] == second
     assert (tmp_path / "clone" / "README").read_text() == "two\n"
+
+
+def test_a_verbose_server_counts_the_fetches_it_served(tmp_path: Path) -> None:
+    """``requests`` counts upload-pack requests (ls-remote, clone), not pushes."""
+    server = GitServer(tmp_path / "git", verbose=True)
+    server.start()
+    try:
+        url = server.create_repo("counted")
+        Checkout(url, tmp_path / "work").commit({"README": "x\n"})
+        assert server.requests() == 0
+        git("ls-remote", url)
+        git("clone", "--quiet", url, str(tmp_path / "clone"))
+        # The daemon logs a request once it has read it; the clients are done by now.
+        assert server.requests() == 2
+        assert server.requests("receive-pack") == 1
+    finally:
+        server.stop()

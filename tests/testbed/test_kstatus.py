@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.status import kstatus
-from tests.status.kstatus import KStatus
+from testbed import kstatus
+from testbed.kstatus import KStatus
 
 IN_PROGRESS, FAILED, CURRENT = KStatus.IN_PROGRESS, KStatus.FAILED, KStatus.CURRENT
 TERMINATING, NOT_FOUND, UNKNOWN = KStatus.TERMINATING, KStatus.NOT_FOUND, KStatus.UNKNOWN
