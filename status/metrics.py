@@ -24,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
+from prometheus_client.core import GaugeMetricFamily
 
 from controller.cache import ObjectKey
 from status.conditions import READY, RECONCILING, STALLED, Reason, get_condition
@@ -46,12 +47,7 @@ class StackMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         """Register every family in ``registry``."""
-        self.condition = Gauge(
-            "pulumi_stack_condition",
-            "1 for the current status of each condition of a Stack, 0 for the others.",
-            ["namespace", "name", "type", "status"],
-            registry=registry,
-        )
+        self.series = StackSeries(registry)
         self.transitions = Counter(
             "pulumi_stack_condition_transitions",
             "Condition status changes written by the operator (in lockstep with "
@@ -79,20 +75,6 @@ class StackMetrics:
             ["operation", "change"],
             registry=registry,
         )
-        self.last_success = Gauge(
-            "pulumi_stack_last_successful_update_timestamp_seconds",
-            "Unix time of a Stack's last successful update.",
-            ["namespace", "name"],
-            registry=registry,
-        )
-        self.suspended = Gauge(
-            "pulumi_stack_suspended",
-            "1 while a Stack's spec.suspend is true, else 0.",
-            ["namespace", "name"],
-            registry=registry,
-        )
-        self._lock = threading.Lock()
-        self._known: set[ObjectKey] = set()
         self._zero()
 
     def _zero(self) -> None:
@@ -113,38 +95,13 @@ class StackMetrics:
         """Set a Stack's per-object series from its current state in the API."""
         key = ObjectKey.of(obj)
         status = obj.get("status") or {}
-        for type_ in TYPES:
-            condition = get_condition(status, type_)
-            current = str(condition.get("status")) if condition else "False"
-            for value in STATUSES:
-                self.condition.labels(key.namespace, key.name, type_, value).set(
-                    1 if value == current else 0
-                )
+        statuses = tuple(_status_of(get_condition(status, type_)) for type_ in TYPES)
         suspended = bool((obj.get("spec") or {}).get("suspend"))
-        self.suspended.labels(key.namespace, key.name).set(1 if suspended else 0)
-        self._observe_last_success(key, status)
-        with self._lock:
-            self._known.add(key)
-
-    def _observe_last_success(self, key: ObjectKey, status: Mapping[str, Any]) -> None:
-        last = status.get("lastUpdate") or {}
-        if last.get("state") != "succeeded" or not last.get("lastResyncTime"):
-            return
-        try:
-            when = datetime.datetime.fromisoformat(str(last["lastResyncTime"]))
-        except ValueError:
-            return
-        self.last_success.labels(key.namespace, key.name).set(when.timestamp())
+        self.series.set(key, _Row(statuses, suspended, self.series.last_success(key, status)))
 
     def forget(self, key: ObjectKey) -> None:
         """Remove every series of a deleted Stack."""
-        with self._lock:
-            self._known.discard(key)
-        for type_ in TYPES:
-            for value in STATUSES:
-                _remove(self.condition, key.namespace, key.name, type_, value)
-        _remove(self.suspended, key.namespace, key.name)
-        _remove(self.last_success, key.namespace, key.name)
+        self.series.drop(key)
 
     # -- what the operator did --------------------------------------------------------
 
@@ -175,9 +132,91 @@ class StackMetrics:
         self.reconcile_duration.labels(result).observe(seconds)
 
 
-def _remove(metric: Gauge, *labels: str) -> None:
-    with contextlib.suppress(KeyError):  # never set
-        metric.remove(*labels)
+class _Row(NamedTuple):
+    """What the per-Stack families show for one Stack."""
+
+    statuses: tuple[str, ...]  # of TYPES, each one of STATUSES (a missing condition: False)
+    suspended: bool
+    last_success: float | None  # Unix time; None before the first success
+
+
+def _status_of(condition: Mapping[str, Any] | None) -> str:
+    """The condition's status as one of the shared ``STATUSES`` strings (False if absent)."""
+    value = str(condition.get("status")) if condition else "False"
+    return next((s for s in STATUSES if s == value), value)
+
+
+class StackSeries:
+    """The per-Stack gauge families, kept as one small row per Stack, rendered at scrape.
+
+    A labelled ``Gauge`` child costs about 0.7 KiB, and a Stack had eleven (nine condition
+    series, suspended, last success): 8 KiB per Stack, more than its cached object. One
+    row per Stack here, and the samples are made only when ``/metrics`` is read, from a
+    copy of the rows taken under the lock. The families, their help, labels and values
+    are those of ``pulumi_stack_condition``, ``pulumi_stack_suspended`` and
+    ``pulumi_stack_last_successful_update_timestamp_seconds``.
+    """
+
+    CONDITION = (
+        "pulumi_stack_condition",
+        "1 for the current status of each condition of a Stack, 0 for the others.",
+    )
+    SUSPENDED = ("pulumi_stack_suspended", "1 while a Stack's spec.suspend is true, else 0.")
+    LAST_SUCCESS = (
+        "pulumi_stack_last_successful_update_timestamp_seconds",
+        "Unix time of a Stack's last successful update.",
+    )
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Start empty and register in ``registry``."""
+        self._lock = threading.Lock()
+        self._rows: dict[ObjectKey, _Row] = {}
+        registry.register(self)
+
+    def set(self, key: ObjectKey, row: _Row) -> None:
+        """Show ``row`` for the Stack ``key``."""
+        with self._lock:
+            self._rows[key] = row
+
+    def drop(self, key: ObjectKey) -> None:
+        """Show nothing for the Stack ``key`` any more."""
+        with self._lock:
+            self._rows.pop(key, None)
+
+    def last_success(self, key: ObjectKey, status: Mapping[str, Any]) -> float | None:
+        """The last success ``status`` records, else the one shown so far (it only moves on)."""
+        last = status.get("lastUpdate") or {}
+        if last.get("state") == "succeeded" and last.get("lastResyncTime"):
+            with contextlib.suppress(ValueError):
+                return datetime.datetime.fromisoformat(str(last["lastResyncTime"])).timestamp()
+        with self._lock:
+            shown = self._rows.get(key)
+        return shown.last_success if shown else None
+
+    def describe(self) -> list[Metric]:
+        """The three families, empty (so a restricted registry knows their names)."""
+        return list(self._families([]))
+
+    def collect(self) -> list[Metric]:
+        """The three families with a sample per Stack (nine per Stack for conditions)."""
+        with self._lock:
+            rows = list(self._rows.items())
+        return list(self._families(rows))
+
+    def _families(self, rows: list[tuple[ObjectKey, _Row]]) -> Iterator[Metric]:
+        labels = ["namespace", "name"]
+        condition = GaugeMetricFamily(*self.CONDITION, labels=[*labels, "type", "status"])
+        suspended = GaugeMetricFamily(*self.SUSPENDED, labels=labels)
+        last_success = GaugeMetricFamily(*self.LAST_SUCCESS, labels=labels)
+        for key, row in rows:
+            ns, name = key.namespace, key.name
+            for type_, current in zip(TYPES, row.statuses, strict=True):
+                for value in STATUSES:
+                    condition.add_metric([ns, name, type_, value], 1 if value == current else 0)
+            suspended.add_metric([ns, name], 1 if row.suspended else 0)
+            if row.last_success is not None:
+                last_success.add_metric([ns, name], row.last_success)
+        yield from (condition, suspended, last_success)
 
 
 class MetricsHandler:

@@ -151,3 +151,42 @@ def test_per_stack_series_carry_only_bounded_labels() -> None:
             if "reason" in labels:
                 assert not {"namespace", "name"} & labels, sample.name
                 assert sample.labels["reason"] in {r.value for r in Reason}
+
+
+def last_success(registry: CollectorRegistry) -> float | None:
+    """pulumi_stack_last_successful_update_timestamp_seconds for ns/s."""
+    name = "pulumi_stack_last_successful_update_timestamp_seconds"
+    return registry.get_sample_value(name, {"namespace": "ns", "name": "s"})
+
+
+def test_last_success_appears_with_the_first_success_and_outlives_a_failure() -> None:
+    """No series before a success; its time after; a later failed update leaves it."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    metrics.observe(stack(c.progressing({}, 1, "go", T0)))
+    assert last_success(registry) is None
+    ok = {"lastUpdate": {"state": "succeeded", "lastResyncTime": T0.isoformat()}}
+    metrics.observe(stack(c.succeeded(ok, 1, "ok", T0)))
+    assert last_success(registry) == T0.timestamp()
+
+    failed = {"lastUpdate": {"state": "failed", "lastResyncTime": T1.isoformat()}}
+    metrics.observe(stack(c.progressing(failed, 2, "retrying", T1)))
+
+    assert last_success(registry) == T0.timestamp()
+    assert condition(registry, "Ready", "Unknown") == 1
+
+
+def test_a_restricted_scrape_of_one_family_gets_every_stacks_series() -> None:
+    """``/metrics?name[]=pulumi_stack_condition`` (a restricted registry) sees the rows."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    for name in ("a", "b"):
+        obj = stack(c.succeeded({}, 1, "ok", T0))
+        obj["metadata"]["name"] = name
+        metrics.observe(obj)
+
+    text = generate_latest(registry.restricted_registry(["pulumi_stack_condition"])).decode()
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert list(families) == ["pulumi_stack_condition"]
+    assert len(families["pulumi_stack_condition"].samples) == 2 * 9
