@@ -255,10 +255,11 @@ _LATENCY_NOTE = (
 )
 _OVERHEAD_NOTE = (
     "- *Overhead:* the operator's time runs from the spec PATCH to the watch seeing "
-    "`Ready=True` for the new generation. It includes the checkout and two CLI calls "
-    "where the bare CLI makes one: `stack select` and `up` (the config is written into "
-    "the stack settings file, no CLI call); the outputs and change counts come from "
-    "`up`'s engine events (its `--event-log`). The bare CLI's time is "
+    "`Ready=True` for the new generation. It includes the checkout and one CLI call, "
+    "`up`, as for the bare CLI: the stack was selected once before, which the Stack's "
+    "home remembers, and the config is written into the stack settings file; the outputs "
+    "and change counts come from `up`'s engine events (its `--event-log`). The bare CLI's "
+    "time is "
     "`pulumi up --yes --skip-preview` alone, its config set beforehand. "
     '"The run alone" is `status.history[0].durationSeconds`.'
 )
@@ -273,7 +274,23 @@ _MEMORY_NOTE = (
     "- *Memory* is the operator process alone (`/proc/<pid>/status`); Pulumi runs in child "
     "processes and is not included. The operator does not import the Pulumi SDK (it finds "
     "and drives the CLI itself), and its cache keeps each object's managedFields in short "
-    "form (who wrote which top-level field), its keys and short strings interned."
+    "form (who wrote which top-level field), its keys and short strings interned. Once the "
+    "cache has synced it hands the first list's freed heap back to the OS (`malloc_trim`) "
+    "and freezes the survivors out of the cyclic GC's passes (`gc.freeze`); glibc's "
+    "malloc arenas are capped at 2."
+)
+_PEER_NOTE = (
+    "- *Side by side:* the scenario is `bench/peer/scenario.py`'s, run for each operator in "
+    "turn on a fresh control plane. Acknowledgment is the first Stack version after the "
+    "PATCH that shows `Reconciling=True` for the new generation; PKO v1 writes that as "
+    "its reconcile starts, without the new `observedGeneration` (kstatus reads it as "
+    "not yet observed), and records the generation only when the reconcile ends. "
+    "Verdicts are what kstatus (the port in `testbed/kstatus.py`) concludes from each "
+    "version, repeats collapsed. Idle counts every Stack version on the bench's watch, "
+    "Events in the namespace, `pulumi` runs (a counting wrapper on both operators' "
+    "`PATH`) and upload-pack requests at the git daemon. PKO clones with go-git inside "
+    "its process; ours runs git. RSS is the operator process alone, children excluded, "
+    "for both."
 )
 
 
@@ -290,8 +307,8 @@ def _peer_rows(p: Summary) -> list[tuple[str, str, str, str]]:
 
     def both(key: str, unit: str, scale: float = 1.0) -> tuple[str, str, str]:
         ours, theirs = p.get(f"pso_{key}") * scale, p.get(f"pko_{key}") * scale
-        ratio = f"{theirs / ours:.2f}{TIMES}" if ours else "—"
-        return f"{_sig(ours)} {unit}", f"{_sig(theirs)} {unit}", ratio
+        ratio = f"{theirs / ours:.2f}{TIMES}" if ours and theirs and unit != "%" else "—"
+        return f"{_sig(ours)} {unit}".strip(), f"{_sig(theirs)} {unit}".strip(), ratio
 
     def words(key: str) -> tuple[str, str, str]:
         return (
@@ -373,6 +390,7 @@ def _notes(results: Mapping[str, Summary]) -> list[str]:
         _OVERHEAD_NOTE,
         _PARALLEL_NOTE,
         _MEMORY_NOTE,
+        _PEER_NOTE,
     ]
 
 
