@@ -2,7 +2,8 @@
 
 Starts the test bed once, runs the selected benchmarks in a fixed order (the shared fleet of
 idle Stacks only grows: latency 1 → 100 → 1,000, then latency under saturation, start-up and
-idle at 1,000, then memory up to 10,000), prints each summary line on stdout as soon as it is
+idle at 1,000, then memory up to 10,000, then the Pulumi operator v1.16 side by side on
+control planes of their own), prints each summary line on stdout as soon as it is
 known, and progress on stderr. At the end it adds a ``bench=seed`` line (how long creating
 the fleet took) and a ``bench=machine`` line (cores, CPU, Python, date, load averages during
 the run, duration), writes all lines to ``--out``, and, after a full run (every benchmark,

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from prometheus_client.metrics import MetricWrapperBase
 from pulumi import automation as auto
 
 from controller.manager import Manager, ManagerContext
@@ -494,15 +495,27 @@ def registered_series(manager: Manager) -> Families:
     collectors = manager.registry._names_to_collectors  # noqa: SLF001
     series: Families = {}
     for name, collector in collectors.items():
-        kind = collector._type  # type: ignore[attr-defined] # noqa: SLF001
-        if kind != "gauge" and name == collector._name:  # type: ignore[attr-defined] # noqa: SLF001
+        kind, base, labelnames = collector_shape(collector, name)
+        if kind != "gauge" and name == base:
             continue  # counters and histograms expose only suffixed samples (_total, ...)
-        labels = frozenset(collector._labelnames)  # type: ignore[attr-defined] # noqa: SLF001
+        labels = frozenset(labelnames)
         if name.endswith("_bucket"):
             labels |= {"le"}
         seen = {k: frozenset(v) for k, v in values.get(name, {}).items()}
         series[name] = (labels, seen)
     return series
+
+
+def collector_shape(collector: object, name: str) -> tuple[str, str, tuple[str, ...]]:
+    """The type, family name and label names of the family ``name`` of ``collector``.
+
+    A ``Gauge``/``Counter``/``Histogram`` keeps them in private fields (prometheus_client
+    has no public accessor); a custom collector (``StackSeries``) describes its families.
+    """
+    if isinstance(collector, MetricWrapperBase):
+        return str(collector._type), str(collector._name), tuple(collector._labelnames)  # noqa: SLF001
+    family = next(f for f in collector.describe() if f.name == name)  # type: ignore[attr-defined]
+    return str(family.type), str(family.name), tuple(family._labelnames)  # noqa: SLF001
 
 
 def ksm_series() -> Families:
