@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from testbed.node.cluster import NodeCluster
+from testbed.waits import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "pulumi-stack-operator-system"
@@ -137,9 +138,18 @@ def state_workspace(claim: str, mount: str = "/state") -> dict[str, Any]:
 
 
 def deploy(cluster: NodeCluster, overlay: Path, timeout: int = 240) -> None:
-    """Apply ``overlay`` server-side and wait for the Deployment's rollout to finish."""
+    """Apply ``overlay`` server-side; wait for the rollout and for the old pods to be gone.
+
+    ``rollout status`` returns while a replaced pod may still be terminating, and until
+    it exits it can still act on a Stack created next (with its old flags).
+    """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(overlay))
     rollout(cluster, timeout)
+    wait_for(
+        lambda: not any(p["metadata"].get("deletionTimestamp") for p in pods(cluster)),
+        "the replaced operator pods to exit",
+        timeout,
+    )
 
 
 def rollout(cluster: NodeCluster, timeout: int = 240) -> None:
