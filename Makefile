@@ -25,8 +25,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test and lint tools.
 
 .PHONY: test-assets
-test-assets: ## Find or build the test binaries and helm (cached); as root, the node's and image's tools.
-	hack/test-assets --with helm
+test-assets: ## Find or build the test binaries, helm and the Kubernetes provider (cached); as root, the node's and image's tools.
+	hack/test-assets --with helm --with kubernetes
 	hack/install-prometheus
 	hack/install-image-tools
 	hack/install-node

@@ -1,6 +1,7 @@
 """Find or build the binaries the test suite and ``make dev`` run.
 
-The tests start a real etcd, kube-apiserver, kubectl and Pulumi CLI. This module
+The tests start a real etcd, kube-apiserver, kubectl and Pulumi CLI (with its Python,
+Node.js, Go and YAML language hosts beside it). This module
 finds each one, in the order controller-runtime's envtest looks for its assets,
 and builds what is missing from published Go modules into a cache outside the
 repository:
@@ -9,7 +10,7 @@ repository:
 2. ``KUBEBUILDER_ASSETS/<name>`` (one directory holding etcd, kube-apiserver, kubectl),
 3. this project's cache, keyed by tool version + Go version + recipe hash,
 4. the setup-envtest store (``$XDG_DATA_HOME/kubebuilder-envtest/k8s/<ver>-linux-amd64``)
-   and, for Pulumi, a CLI on ``PATH`` with the Python language host beside it,
+   and, for Pulumi, a CLI on ``PATH`` with every one of ``PULUMI_BINARIES`` beside it,
 5. otherwise it builds into the cache.
 
 Builds are atomic (a temporary directory, a smoke check, then a rename) and safe when
@@ -17,8 +18,8 @@ two runs race (one file lock around all builds). Nothing here is downloaded from
 release page: every binary is compiled with ``go build`` from modules served by the Go
 module proxy.
 
-Run it as ``hack/test-assets [--print-env] [etcd kube pulumi]``; the test fixtures
-import it.
+Run it as ``hack/test-assets [--print-env] [--with node|helm|pko|kubernetes]``; the test
+fixtures import it.
 """
 
 from __future__ import annotations
@@ -45,13 +46,27 @@ K8S_VERSION = "1.36.3"
 # serve pkg/v3 at 3.269-3.273; 3.274.1 is the nearest served release, and a CLI newer
 # than the SDK is the supported direction of skew.
 PULUMI_VERSION = "3.274.1"
-# The Python language host has lived in its own Go module
-# (github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3) since mid-2023, with
-# no tags of its own, and the Go module proxy serves none of its versions. The newest
-# published module that contains it is sdk/v3 itself, up to v3.68.0, so the host is
-# built from there; it speaks the LanguageRuntime gRPC protocol to the newer CLI and runs
-# programs with the newer pulumi-language-python-exec and Python SDK.
+# The Python and Node.js language hosts have lived in Go modules of their own
+# (github.com/pulumi/pulumi/sdk/{python/cmd/pulumi-language-python,
+# nodejs/cmd/pulumi-language-nodejs}/v3) since mid-2023, with no tags of their own, and the
+# Go module proxy serves none of their versions. The newest published module that contains
+# them is sdk/v3 itself, up to v3.68.0, so both are built from there; they speak the
+# LanguageRuntime gRPC protocol to the newer CLI and run programs with the newer SDKs
+# (pulumi-language-python-exec, the pulumi package from PyPI, @pulumi/pulumi from npm).
 PYTHON_HOST_SDK_VERSION = "3.68.0"
+NODEJS_HOST_SDK_VERSION = PYTHON_HOST_SDK_VERSION  # the same module: one wrapper builds both
+# The Go host (sdk/v3's go/pulumi-language-go) moved to its own module, likewise never
+# served by the proxy, one release earlier: sdk/v3 v3.66.0 is the last that contains it.
+GO_HOST_SDK_VERSION = "3.66.0"
+# The YAML language host has a module of its own with tags (github.com/pulumi/pulumi-yaml).
+YAML_HOST_VERSION = "1.25.0"
+# The Kubernetes provider users' programs ask for (SDKs at 4.25.0 request plugin 4.25.0).
+# Its Go module lives in the repository's provider/ directory, whose release tags are the
+# root's (v4.25.0) and not provider/v4.25.0, so the proxy serves it only by pseudo-version:
+# this one is the v4.25.0 tag's commit.
+KUBERNETES_PROVIDER_VERSION = "4.25.0"
+KUBERNETES_PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+KUBERNETES_PROVIDER_MODULE_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
 
 # Bump when a recipe below changes in a way that changes its output.
 RECIPE_REVISION = "1"
@@ -63,18 +78,22 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "kube-controller-manager", "kube-sched
 HELM_VERSION = "3.22.0"
 HELM_K8S_MINOR = "37"  # the client-go minor helm 3.22 is built with
 # Built only for ``make bench``'s side-by-side comparison (bench/peer), never for the tests:
-# the Pulumi Kubernetes Operator's last v1 release, and the YAML language host that runs
-# the program both operators are given there. The proxy serves PKO v1.16.0, but the
+# the Pulumi Kubernetes Operator's last v1 release. The proxy serves PKO v1.16.0, but the
 # checksum database has no entry for it, so that one module is fetched with GONOSUMDB set;
 # its dependencies still verify against its own go.sum.
 PKO_MODULE = "github.com/pulumi/pulumi-kubernetes-operator"
 PKO_VERSION = "1.16.0"
-YAML_HOST_VERSION = "1.25.0"
+# The CLI and what it runs from its own directory: the language hosts (found only on PATH
+# elsewhere, with a warning on every run) and the dynamic-provider shims.
 PULUMI_BINARIES = (
     "pulumi",
     "pulumi-language-python",
     "pulumi-language-python-exec",
     "pulumi-resource-pulumi-python",
+    "pulumi-language-nodejs",
+    "pulumi-resource-pulumi-nodejs",
+    "pulumi-language-go",
+    "pulumi-language-yaml",
 )
 
 
@@ -95,7 +114,8 @@ def _log(message: str) -> None:
     print(f"[test-assets] {message}", file=sys.stderr, flush=True)
 
 
-def _platform() -> str:
+def go_platform() -> str:
+    """This machine as Go names it: ``<GOOS>-<GOARCH>`` (``linux-amd64``)."""
     machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     return f"{sys.platform}-{machine}"
 
@@ -130,7 +150,7 @@ def _from_environment(binary: str) -> Path | None:
 def _setup_envtest_store(binary: str) -> Path | None:
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     store = Path(data) / "kubebuilder-envtest" / "k8s"
-    suffix = "-" + _platform()
+    suffix = "-" + go_platform()
     candidates = sorted(
         (d for d in store.glob(f"*{suffix}") if _executable(d / binary)),
         key=lambda d: _version_tuple(d.name.removesuffix(suffix)),
@@ -370,27 +390,64 @@ def _build_pulumi(go: _Go, out: Path) -> None:
         ["build", "-trimpath", "-tags", tags, "-ldflags", ldflags, "-o", f"{bin_dir}/", cmd],
         wrapper,
     )
-    _build_python_host(go, bin_dir)
-    # The dynamic-provider shim and the Python executor are plain files in the sdk
+    _build_language_hosts(go, bin_dir)
+    # The dynamic-provider shims and the Python executor are plain files in the sdk
     # module (no go.mod of their own); the module cache holds them read-only.
     sdk_dir = Path(str(sdk_info["Dir"]))
-    shim = bin_dir / "pulumi-resource-pulumi-python"
-    shutil.copyfile(sdk_dir / "python" / "dist" / "pulumi-resource-pulumi-python", shim)
-    shim.chmod(0o755)
-    executor = bin_dir / "pulumi-language-python-exec"
-    shutil.copyfile(sdk_dir / "python" / "cmd" / "pulumi-language-python-exec", executor)
-    executor.chmod(0o755)
+    plain_files = {
+        "pulumi-resource-pulumi-python": Path("python", "dist"),
+        "pulumi-language-python-exec": Path("python", "cmd"),
+        "pulumi-resource-pulumi-nodejs": Path("nodejs", "dist"),
+    }
+    for name, directory in plain_files.items():
+        shutil.copyfile(sdk_dir / directory / name, bin_dir / name)
+        (bin_dir / name).chmod(0o755)
 
 
-def _build_python_host(go: _Go, bin_dir: Path) -> None:
-    """Build pulumi-language-python from the newest sdk/v3 module that contains it."""
-    wrapper = _new_wrapper(go, f"pulumi-language-python-{PYTHON_HOST_SDK_VERSION}", "go 1.26.0\n")
-    host = "github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python"
-    go.run(["get", f"{host}@v{PYTHON_HOST_SDK_VERSION}"], wrapper)
-    stamp = f"github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v{PYTHON_HOST_SDK_VERSION}"
-    go.run(
-        ["build", "-trimpath", "-ldflags", f"-w -s -X {stamp}", "-o", f"{bin_dir}/", host], wrapper
+def _build_language_hosts(go: _Go, bin_dir: Path) -> None:
+    """Build the Python, Node.js, Go and YAML language hosts into ``bin_dir``.
+
+    Each comes from the newest module version the Go module proxy serves that holds it
+    (see the ``*_HOST_*VERSION`` constants), stamped with that version.
+    """
+    sdk = "github.com/pulumi/pulumi/sdk/v3"
+    sdk_stamp = f"{sdk}/go/common/version.Version"
+    hosts = (
+        (
+            f"sdk-hosts-{PYTHON_HOST_SDK_VERSION}",
+            PYTHON_HOST_SDK_VERSION,
+            (
+                f"{sdk}/python/cmd/pulumi-language-python",
+                f"{sdk}/nodejs/cmd/pulumi-language-nodejs",
+            ),
+            sdk_stamp,
+        ),
+        (
+            f"go-host-{GO_HOST_SDK_VERSION}",
+            GO_HOST_SDK_VERSION,
+            (f"{sdk}/go/pulumi-language-go",),
+            sdk_stamp,
+        ),
+        (
+            f"yaml-host-{YAML_HOST_VERSION}",
+            YAML_HOST_VERSION,
+            ("github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml",),
+            "github.com/pulumi/pulumi-yaml/pkg/version.Version",
+        ),
     )
+    for wrapper_name, version, packages, stamp in hosts:
+        _build_commands(
+            go, bin_dir, wrapper_name, f"v{version}", packages, f"-w -s -X {stamp}=v{version}"
+        )
+
+
+def _build_commands(
+    go: _Go, out: Path, wrapper_name: str, version: str, packages: Sequence[str], ldflags: str
+) -> None:
+    """Build the main ``packages`` of one module at ``version`` into ``out``, in a wrapper."""
+    wrapper = _new_wrapper(go, wrapper_name, "go 1.26.0\n")
+    go.run(["get", *(f"{package}@{version}" for package in packages)], wrapper)
+    go.run(["build", "-trimpath", "-ldflags", ldflags, "-o", f"{out}/", *packages], wrapper)
 
 
 def _build_pko(go: _Go, out: Path) -> None:
@@ -408,12 +465,30 @@ def _build_pko(go: _Go, out: Path) -> None:
         copied.chmod(0o644)
 
 
-def _build_yaml_host(go: _Go, out: Path) -> None:
-    wrapper = _new_wrapper(go, f"pulumi-yaml-{YAML_HOST_VERSION}", "go 1.26.0\n")
-    host = "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
-    go.run(["get", f"{host}@v{YAML_HOST_VERSION}"], wrapper)
-    stamp = f"-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=v{YAML_HOST_VERSION}"
-    go.run(["build", "-trimpath", "-ldflags", stamp, "-o", f"{out}/", host], wrapper)
+def _build_kubernetes_provider(go: _Go, out: Path) -> None:
+    """Build pulumi-resource-kubernetes from its module, as its release does.
+
+    Its ``main.go`` embeds ``schema-embed.json`` and ``terraform-mapping-embed.json``, which
+    the release generates (``go generate``: the schema stamped with the version) and the
+    module zip lacks. So the command's directory is copied into a wrapper module requiring
+    the provider's module, generated there with its own ``generate.go``, then built.
+    """
+    name = f"kubernetes-{KUBERNETES_PROVIDER_VERSION}"
+    wrapper = _new_wrapper(go, name, "go 1.26.0\n")
+    module = f"{KUBERNETES_PROVIDER_MODULE}@{KUBERNETES_PROVIDER_MODULE_VERSION}"
+    source = Path(str(go.download(module, wrapper)["Dir"])) / "cmd" / "pulumi-resource-kubernetes"
+    for file in ("main.go", "generate.go", "schema.json", "terraform-mapping.json"):
+        shutil.copyfile(source / file, wrapper / file)
+        (wrapper / file).chmod(0o644)
+    go.run(["get", module], wrapper)
+    # generate.go imports pulumi's codegen, which main.go does not: -mod=mod records the
+    # checksums it needs at the versions already selected, without upgrading anything.
+    version = {"VERSION": KUBERNETES_PROVIDER_VERSION}
+    go.run(["run", "-mod=mod", "generate.go"], wrapper, version)
+    go.run(["mod", "tidy"], wrapper)
+    stamp = f"{KUBERNETES_PROVIDER_MODULE}/pkg/version.Version={KUBERNETES_PROVIDER_VERSION}"
+    binary = out / "pulumi-resource-kubernetes"
+    go.run(["build", "-trimpath", "-ldflags", f"-s -w -X {stamp}", "-o", str(binary), "."], wrapper)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -468,7 +543,8 @@ _RECIPES = {
         "bin",
         _build_pulumi,
         ("version",),
-        f"pulumi:pkg+sdk+shim:osusergo,grpcnotrace:python-host@{PYTHON_HOST_SDK_VERSION}",
+        f"pulumi:pkg+sdk+shims:osusergo,grpcnotrace:python+nodejs-hosts@{PYTHON_HOST_SDK_VERSION}"
+        f":go-host@{GO_HOST_SDK_VERSION}:yaml-host@{YAML_HOST_VERSION}",
     ),
     # Without WATCH_NAMESPACE the manager logs its version and exits 1.
     "pko": _Recipe(
@@ -481,16 +557,17 @@ _RECIPES = {
         "pko:cmd/manager+metrics-loopback+crds",
         smoke_codes=(1,),
     ),
-    # A language host has no version flag; -help proves it runs (Go's flag exits 0 or 2).
-    "yaml": _Recipe(
-        "pulumi-language-yaml",
-        YAML_HOST_VERSION,
-        ("pulumi-language-yaml",),
+    # The provider has no version flag, and without arguments it serves until killed;
+    # -help prints the flags of Pulumi's provider main (Go's flag exits 0 or 2).
+    "kubernetes": _Recipe(
+        "pulumi-resource-kubernetes",
+        KUBERNETES_PROVIDER_VERSION,
+        ("pulumi-resource-kubernetes",),
         "",
-        _build_yaml_host,
+        _build_kubernetes_provider,
         ("-help",),
-        "yaml-host:cmd/pulumi-language-yaml",
-        smoke_marker="-root",
+        f"kubernetes:{KUBERNETES_PROVIDER_MODULE_VERSION}+generate+stamp",
+        smoke_marker="-tracing",
         smoke_codes=(0, 2),
     ),
 }
@@ -512,7 +589,7 @@ def _cache_lock(cache: Path) -> Iterator[None]:
 
 
 def _cache_dir(recipe: _Recipe, go_version: str) -> Path:
-    key = f"{recipe.version}-{go_version}-{_recipe_hash(recipe.recipe)}-{_platform()}"
+    key = f"{recipe.version}-{go_version}-{_recipe_hash(recipe.recipe)}-{go_platform()}"
     return cache_root() / recipe.name / key
 
 
@@ -530,7 +607,7 @@ def _cached(recipe: _Recipe) -> Path | None:
         ).stdout.strip()
         return _built(recipe, version)
     prefix = f"{recipe.version}-"
-    suffix = f"-{_recipe_hash(recipe.recipe)}-{_platform()}"
+    suffix = f"-{_recipe_hash(recipe.recipe)}-{go_platform()}"
     parent = cache_root() / recipe.name
     if not parent.is_dir():
         return None
@@ -591,7 +668,7 @@ class Assets:
     etcd: Path
     kube_apiserver: Path
     kubectl: Path
-    pulumi_bin: Path  # the directory holding pulumi and its bundled Python plugins
+    pulumi_bin: Path  # the directory holding pulumi, its language hosts and shims
 
     def env(self) -> dict[str, str]:
         """Environment variables that point other tools at these binaries."""
@@ -620,10 +697,16 @@ def _find_k8s_binary(binary: str, recipe_key: str, *, build: bool) -> Path:
     return _build(recipe, _Go.find(cache_root())) / binary
 
 
+def _pulumi_dir_missing(directory: Path) -> list[str]:
+    """Which of PULUMI_BINARIES ``directory`` lacks (``pulumi`` must be executable)."""
+    missing = [b for b in PULUMI_BINARIES if not (directory / b).is_file()]
+    if "pulumi" not in missing and not _executable(directory / "pulumi"):
+        missing.insert(0, "pulumi")
+    return missing
+
+
 def _pulumi_dir_complete(directory: Path) -> bool:
-    return all((directory / b).is_file() for b in PULUMI_BINARIES) and _executable(
-        directory / "pulumi"
-    )
+    return not _pulumi_dir_missing(directory)
 
 
 def find_kube_binary(binary: str, *, build: bool = True) -> Path:
@@ -632,13 +715,22 @@ def find_kube_binary(binary: str, *, build: bool = True) -> Path:
 
 
 def find_pulumi(*, build: bool = True) -> Path:
-    """Find (or build) the directory holding ``pulumi`` and its bundled Python plugins."""
+    """Find (or build) the directory holding ``pulumi`` and the rest of PULUMI_BINARIES.
+
+    Raises:
+        AssetError: ``TEST_ASSET_PULUMI``'s directory lacks one of them (the message names
+            which), or nothing is found and ``build`` is false or the build fails.
+    """
     explicit = os.environ.get("TEST_ASSET_PULUMI")
     if explicit:
         directory = Path(explicit).parent
-        if not _pulumi_dir_complete(directory):
+        missing = _pulumi_dir_missing(directory)
+        if missing:
             msg = (
-                f"TEST_ASSET_PULUMI={explicit}: {directory} must hold {', '.join(PULUMI_BINARIES)}"
+                f"TEST_ASSET_PULUMI={explicit}: its directory {directory} must also hold the "
+                f"language hosts and shims the CLI runs from there: {', '.join(missing)} "
+                "missing (a Pulumi release's directory has them all; or unset it and run "
+                "hack/test-assets to build them)"
             )
             raise AssetError(msg)
         return directory
@@ -681,11 +773,16 @@ def find_prometheus_operator_crds(*, download: bool = True) -> Path:
 
 
 def find_built(name: str, *, build: bool = True) -> Path:
-    """Find (or build) the directory of an optional recipe: ``node``, ``helm``, ``pko``, ``yaml``.
+    """Find (or build) the directory of an optional recipe: node, helm, pko or kubernetes.
 
     These are built only where they are needed: the node's for the node tests (run as root
-    with containerd installed; see ``hack/install-node``), helm for the chart tests, and the
-    Pulumi Kubernetes Operator v1 and the YAML language host for ``make bench`` alone.
+    with containerd installed; see ``hack/install-node``), helm for the chart tests, the
+    Kubernetes provider (``pulumi-resource-kubernetes``) for the tests of users' programs,
+    and the Pulumi Kubernetes Operator v1 for ``make bench`` alone.
+
+    Raises:
+        AssetError: not built and ``build`` is false (the message names the command), or
+            the build failed.
     """
     recipe = _RECIPES[name]
     override = os.environ.get(_env_name(recipe.name) + "_DIR")
@@ -724,8 +821,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="extra",
         action="append",
         default=[],
-        choices=("node", "helm", "pko", "yaml"),
-        help="also find or build the node's binaries, helm, PKO v1 or the YAML host (repeatable)",
+        choices=("node", "helm", "pko", "kubernetes"),
+        help=(
+            "also find or build the node's binaries, helm, PKO v1 or the Kubernetes provider "
+            "(repeatable)"
+        ),
     )
     args = parser.parse_args(argv)
     started = time.monotonic()

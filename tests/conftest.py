@@ -1,5 +1,9 @@
 """Fixtures that start the real test bed: control plane, Pulumi CLI, git server, Prometheus.
 
+Also, for users' own programs: ``plugin_mirror``, the built Kubernetes provider served as a
+release tarball to the CLI, and ``controller_manager``, kube-controller-manager's namespace
+and garbage-collector controllers beside the control plane (for one test module at a time).
+
 Each fixture starts the real component on loopback and stops it afterwards. Logs live
 under pytest's base temp directory (kept for the last three runs); when a test fails,
 the tail of every test-bed process log is attached to its report.
@@ -16,9 +20,12 @@ import pytest
 from kubernetes import client
 
 from testbed import process
-from testbed.assets import find_kube_binary, find_pulumi
+from testbed.assets import AssetError, find_kube_binary, find_pulumi
 from testbed.control_plane import Binaries, ControlPlane, wait_established
+from testbed.controller_manager import ControllerManager
+from testbed.controller_manager import find_binary as find_controller_manager
 from testbed.git_server import GitServer
+from testbed.plugin_mirror import Plugin, PluginMirror, kubernetes_provider
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from testbed.pulumi_env import PulumiEnv
 
@@ -128,3 +135,52 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
     finally:
         for server in servers:
             server.stop()
+
+
+def kubernetes_provider_or_skip() -> Plugin:
+    """The built Kubernetes provider, or skip the test naming the command that builds it."""
+    try:
+        return kubernetes_provider()
+    except AssetError as err:
+        pytest.skip(f"the Kubernetes provider is not built: {err}")
+
+
+@pytest.fixture(scope="session")
+def plugin_mirror() -> Iterator[PluginMirror]:
+    """A plugin mirror on 127.0.0.1 serving the Kubernetes provider as a release tarball.
+
+    Point the CLI at it with ``PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES=<plugin_mirror.overrides>``;
+    ``plugin_mirror.requests`` and ``downloads()`` record what it served.
+    """
+    mirror = PluginMirror([kubernetes_provider_or_skip()])
+    mirror.start()
+    try:
+        yield mirror
+    finally:
+        mirror.stop()
+
+
+def controller_manager_binary_or_skip() -> Path:
+    """The node recipe's kube-controller-manager, or skip naming the command that builds it."""
+    try:
+        return find_controller_manager()
+    except AssetError as err:
+        pytest.skip(f"kube-controller-manager is not built: {err}")
+
+
+@pytest.fixture(scope="module")
+def controller_manager(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerManager]:
+    """kube-controller-manager (namespace + garbage collector) on the control plane.
+
+    Module-scoped on purpose: while it runs, the garbage collector deletes every object
+    whose owner does not exist, and other modules create objects owned by made-up Stacks.
+    """
+    binary = controller_manager_binary_or_skip()
+    manager = ControllerManager(binary, control_plane, tmp_path_factory.mktemp("kcm"))
+    manager.start()
+    try:
+        yield manager
+    finally:
+        manager.stop()

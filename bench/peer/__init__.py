@@ -7,8 +7,8 @@ through the same scenario (``scenario``), ours first. Each runs as shipped: ours
 defaults (local runner, 2 workers), PKO with its Deployment's arguments (10 workers).
 
 PKO v1.16 is built from its published Go module into the test-binaries cache the first
-time (``testbed.assets``, recipe ``pko``; minutes), as is the YAML language host (recipe
-``yaml``), only when this benchmark runs: never for ``make test``.
+time (``testbed.assets``, recipe ``pko``; minutes), only when this benchmark runs: never for
+``make test``. The YAML language host is the one beside the test bed's CLI.
 
 The line holds each scenario field twice, prefixed ``pso_`` (ours) and ``pko_``; the
 README's side-by-side table and its ratios are made from it by ``bench.readme``.
@@ -35,10 +35,10 @@ FULL_STACKS = 1000  # the bench's full scale; anything smaller runs the quick pe
 def run(ctx: Context) -> Summary:
     """Both operators through the scenario; one summary line."""
     scale = PeerScale() if ctx.scale.stacks >= FULL_STACKS else QUICK
-    ctx.progress("peer: finding (or building, minutes) PKO v1.16 and the YAML host")
-    pko_built, yaml_host = find_built("pko"), find_built("yaml")
+    ctx.progress("peer: finding (or building, minutes) PKO v1.16")
+    pko_built = find_built("pko")
     fields: Fields = dict(dataclasses.asdict(scale))
-    with PeerBed(ctx.bed.root / "peer", ctx.bed.pulumi_bin, yaml_host) as bed:
+    with PeerBed(ctx.bed.root / "peer", ctx.bed.pulumi_bin) as bed:
         ctx.progress(f"peer: our operator, {scale.small} then {scale.large} Stacks")
         fields |= _prefixed("pso", measure(bed, "pso", STACK_CRD, _ours(bed), scale))
         ctx.progress(f"peer: PKO v1.16, {scale.small} then {scale.large} Stacks")

@@ -5,7 +5,7 @@
 resources, no plugins) as one commit, and lays out a ``bin`` directory whose ``pulumi``
 is a two-line script that appends its arguments to ``pulumi-calls.log`` and execs the
 real CLI, so every CLI run of either operator is counted. ``path`` puts that script first,
-then the YAML language host, then the real CLI's directory (where its other plugins sit).
+then the real CLI's directory (where the YAML language host and its other plugins sit).
 
 ``cluster(name, crd)`` starts a control plane of its own for one operator (the two
 operators' CRDs are both ``stacks.pulumi.com``) with ``crd`` applied. ``stack_spec`` is
@@ -34,9 +34,9 @@ CALLS_LOG = "pulumi-calls.log"
 class PeerBed(Running):
     """The shared parts of the comparison (``with`` starts and stops it); see the docstring."""
 
-    def __init__(self, root: Path, pulumi_bin: Path, yaml_host: Path) -> None:
-        """Prepare (not start) under ``root``; the real CLI's and the YAML host's directories."""
-        self.root, self.pulumi_bin, self.yaml_host = root, pulumi_bin, yaml_host
+    def __init__(self, root: Path, pulumi_bin: Path) -> None:
+        """Prepare (not start) under ``root``; ``pulumi_bin`` is the real CLI's directory."""
+        self.root, self.pulumi_bin = root, pulumi_bin
         self.git = GitServer(root / "git", verbose=True)
         self.bin = root / "bin"
         self.repo_url = ""
@@ -64,10 +64,8 @@ class PeerBed(Running):
 
     @property
     def path(self) -> str:
-        """``PATH`` for an operator: the counting CLI, the YAML host, the real CLI's plugins."""
-        return os.pathsep.join(
-            [str(self.bin), str(self.yaml_host), str(self.pulumi_bin), os.environ["PATH"]]
-        )
+        """``PATH`` for an operator: the counting CLI, then the real CLI's plugins and hosts."""
+        return os.pathsep.join([str(self.bin), str(self.pulumi_bin), os.environ["PATH"]])
 
     def pulumi_calls(self) -> list[str]:
         """The subcommand of every CLI run so far (``up``, ``stack``, ``version``, ...).

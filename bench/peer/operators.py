@@ -4,7 +4,7 @@
 workers). ``Pko`` is the Pulumi Kubernetes Operator v1.16 manager with the arguments and
 environment its Deployment gives it (``--zap-level=error``, ``WATCH_NAMESPACE``, leader
 election on, ``MAX_CONCURRENT_RECONCILES`` unset so 10). Both get the bed's ``PATH`` (the
-counting ``pulumi``, the YAML host, the real CLI), a ``HOME`` and ``TMPDIR`` of their own,
+counting ``pulumi``, the real CLI with its hosts), a ``HOME`` and ``TMPDIR`` of their own,
 the offline Pulumi settings (no update check, no plugin download), the control plane's
 admin kubeconfig, and one namespace to watch. ``stop`` sends SIGTERM and, if the process
 is still there after ``STOP_TIMEOUT`` s, SIGKILLs its process group (its Pulumi runs too).
