@@ -1,29 +1,45 @@
 # The operator's image: the operator's wheel and its dependencies in a virtualenv, the
-# Pulumi CLI with its Python plugins, git and ssh for sources; non-root (uid 65532).
+# Pulumi CLI with the language hosts of Python, Node.js (JavaScript, TypeScript), YAML and
+# Go programs, Node.js with npm and corepack, uv, git and ssh for sources; non-root (uid
+# 65532). No Go toolchain (a Go program needs an image of its own, or a prebuilt binary).
 #
 #   docker build -t pulumi-stack-operator --build-arg REVISION="$(git rev-parse HEAD)" .
 #   (arm64: --build-arg PULUMI_ARCH=arm64)
 #
 # hack/build-image (make image) builds it without a registry: podman or docker, a Debian
-# base made with mmdebstrap, the test bed's Pulumi CLI served on loopback.
+# base made with mmdebstrap, a Node.js stage made from the host's Node.js, the test bed's
+# Pulumi CLI served on loopback.
 #
 # Writable paths: PSO_WORK_DIR (checkouts, each Stack's PULUMI_HOME and HOME, the shared
 # plugin store; also the operator's HOME) and /tmp. With a read-only root filesystem, mount
-# an emptyDir on both.
+# an emptyDir on both. Programs' dependencies (node_modules, a virtualenv per program) and
+# the package managers' download caches go to the operator's dependency cache: in
+# PSO_WORK_DIR (its .cache) for the local runner, on the namespace's cache claim or in the
+# pod's workspace for run pods; corepack's yarn and pnpm under the Stack's HOME.
 # tests/hack/test_dockerfile.py lints this file with hadolint and replays its install steps.
 
 # The base of every stage. Another base must be Debian-like (apt-get, useradd) with
-# python3 and its venv module; hack/build-image builds one with mmdebstrap.
+# python3 and its venv module, and glibc and libstdc++ for node; hack/build-image builds
+# one with mmdebstrap.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # The builder stage's base: PYTHON_IMAGE, or an image built on it with what reaching the
 # package index needs (e.g. a proxy's CA bundle), which then stays out of the image.
 ARG BUILDER_IMAGE=${PYTHON_IMAGE}
+# Node.js for JavaScript and TypeScript programs (@pulumi/pulumi needs node >= 20; Debian
+# bookworm's is 18): node, npm and corepack are copied from /usr/local of this image, laid
+# out as the official node images lay it out. hack/build-image makes one from the host's.
+ARG NODE_IMAGE=node:20-bookworm-slim
 # Keep in step with PULUMI_VERSION in testbed/assets.py: the CLI the tests run.
 ARG PULUMI_VERSION=3.274.1
 # x64 or arm64, as the release archives are named.
 ARG PULUMI_ARCH=x64
 ARG PULUMI_URL=https://get.pulumi.com/releases/sdk/pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz
 ARG PULUMI_CHECKSUMS_URL=https://get.pulumi.com/releases/sdk/pulumi-${PULUMI_VERSION}-checksums.txt
+# uv (PyPI), for Python programs whose Pulumi.yaml says `toolchain: uv`. No poetry.
+ARG UV_VERSION=0.13.9
+
+# -- Node.js: only copied from (see NODE_IMAGE) --------------------------------------------
+FROM ${NODE_IMAGE} AS node
 
 # -- the operator: its wheel, installed with its dependencies into /opt/venv -------------
 FROM ${BUILDER_IMAGE} AS builder
@@ -38,6 +54,10 @@ RUN python -m venv /opt/venv \
     && python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
         > /tmp/requirements.txt \
     && /opt/venv/bin/pip install --requirement /tmp/requirements.txt
+# uv's wheel is its two binaries: installed beside the venv, not into it, and copied alone.
+ARG UV_VERSION
+RUN /opt/venv/bin/pip install --no-deps --target /opt/uv "uv==${UV_VERSION}" \
+    && /opt/uv/bin/uv --version
 COPY README.md ./
 COPY controller/ controller/
 COPY reconcile/ reconcile/
@@ -58,21 +78,27 @@ ADD ${PULUMI_URL} /download/pulumi.tar.gz
 # hadolint ignore=DL3020
 ADD ${PULUMI_CHECKSUMS_URL} /download/checksums.txt
 
-# -- the Pulumi CLI and the plugins Python programs need, from the release archive --------
+# -- the Pulumi CLI, its language hosts and plugins, from the release archive -------------
 FROM ${PYTHON_IMAGE} AS pulumi
 ARG PULUMI_VERSION
 ARG PULUMI_ARCH
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /download
 COPY --from=download /download/ ./
-# Only what the test bed proves (testbed/assets.py PULUMI_BINARIES); other language
-# hosts would need runtimes this image does not have.
+# The CLI and the Python plugins must be in the archive. The hosts of the runtimes this
+# image has (Node.js, YAML; Go for prebuilt binaries) and the Node.js dynamic provider are
+# taken when it has them: a release archive has them all, the test bed's those it builds.
+# The .NET and Java hosts and the policy analyzers are left out.
 RUN awk -v archive="pulumi-v${PULUMI_VERSION}-linux-${PULUMI_ARCH}.tar.gz" \
         '$2 == archive { print $1 "  pulumi.tar.gz" }' checksums.txt | sha256sum --check --strict \
     && tar -xzf pulumi.tar.gz \
     && install -d /opt/pulumi/bin \
     && install -m 0755 pulumi/pulumi pulumi/pulumi-language-python \
         pulumi/pulumi-language-python-exec pulumi/pulumi-resource-pulumi-python /opt/pulumi/bin/ \
+    && for optional in pulumi/pulumi-language-nodejs pulumi/pulumi-resource-pulumi-nodejs \
+            pulumi/pulumi-language-yaml pulumi/pulumi-language-go; do \
+        if [ -f "${optional}" ]; then install -m 0755 "${optional}" /opt/pulumi/bin/; fi; \
+    done \
     && /opt/pulumi/bin/pulumi version
 
 # -- the image ----------------------------------------------------------------------------
@@ -89,7 +115,20 @@ RUN apt-get update \
     && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin \
         --home-dir /var/lib/pulumi-stack-operator nonroot \
     && install -d -o 65532 -g 65532 -m 0750 /var/lib/pulumi-stack-operator
+# Node.js: COPY follows a symbolic link it is given, so the links npm, npx and corepack
+# are made here, as the node images make them; `corepack enable` adds the yarn and pnpm
+# shims, which fetch the version a project names into ~/.cache/node/corepack (or
+# COREPACK_HOME) on first use.
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules/npm/ /usr/local/lib/node_modules/npm/
+COPY --from=node /usr/local/lib/node_modules/corepack/ /usr/local/lib/node_modules/corepack/
+RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+    && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+    && ln -s ../lib/node_modules/corepack/dist/corepack.js /usr/local/bin/corepack \
+    && corepack enable --install-directory /usr/local/bin \
+    && node --version
 COPY --from=pulumi /opt/pulumi/bin/ /opt/pulumi/bin/
+COPY --from=builder /opt/uv/bin/ /usr/local/bin/
 COPY --from=builder /opt/venv/ /opt/venv/
 ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
@@ -97,8 +136,7 @@ ENV PATH=/opt/venv/bin:/opt/pulumi/bin:${PATH} \
     HOME=/var/lib/pulumi-stack-operator \
     PSO_WORK_DIR=/var/lib/pulumi-stack-operator \
     PULUMI_SKIP_UPDATE_CHECK=true \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 # Near the end, so that a new revision rebuilds only the steps below. buildah (podman)
 # keys the cache of a LABEL or ENV step on its text, not on the build arguments it
 # expands, so a LABEL alone would keep a previous build's revision; a RUN's cache key

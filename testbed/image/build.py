@@ -2,7 +2,8 @@
 
 The image is tagged ``localhost/pulumi-stack-operator:<digest>``, the digest hashing the
 Dockerfile, every file its ``COPY`` lines take from the build context, the build arguments
-(bases, Pulumi source, version, revision) and the Pulumi binaries' identity. When an image
+(bases, the Node.js stage made from the host's Node.js, Pulumi source, version, revision)
+and the Pulumi binaries' identity. When an image
 with that tag exists it is returned without building; otherwise the engine builds it, its
 layer cache reusing the unchanged steps. ``save_archive`` writes it as a docker-archive,
 which ``ctr -n k8s.io images import`` (containerd 1.6) and ``docker load`` accept.
@@ -20,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from testbed.assets import find_pulumi
-from testbed.image import base, release
+from testbed.image import base, nodejs, release
 from testbed.image.cache import image_cache, locked, log
 from testbed.image.engine import Engine, find_engine
 
@@ -104,6 +105,7 @@ def build_image(
         base_ref = base.ensure_base(engine)
         builder_ref = base.ensure_builder_base(engine, base_ref)
         args = _build_args(repo, base_ref, builder_ref, revision or _revision(repo))
+        args["NODE_IMAGE"] = nodejs.ensure_node(engine)
         if pulumi_url and pulumi_checksums_url:
             args |= {"PULUMI_URL": pulumi_url, "PULUMI_CHECKSUMS_URL": pulumi_checksums_url}
             built = _build(engine, repo, args, pulumi_url, no_cache=no_cache)

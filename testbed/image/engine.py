@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from testbed.image import nodejs
 from testbed.image.cache import ImageError, image_cache
 
 INSTALL_HINT = "run hack/install-image-tools (as root: apt-get install podman mmdebstrap runc)"
@@ -76,7 +77,10 @@ class Engine:
 
 
 def missing_tools() -> list[str]:
-    """What building the image here lacks (empty when it can): root, an engine, mmdebstrap."""
+    """What building the image here lacks (empty when it can): root, an engine, mmdebstrap.
+
+    Also a Node.js >= 20: the image's Node.js stage is made from this machine's.
+    """
     missing = []
     if os.geteuid() != 0:
         missing.append("root (podman's root storage and mmdebstrap need it)")
@@ -84,6 +88,9 @@ def missing_tools() -> list[str]:
         missing.append("podman (or a running docker engine)")
     if shutil.which("mmdebstrap") is None:
         missing.append("mmdebstrap")
+    node = nodejs.problem()
+    if node is not None:
+        missing.append(node)
     return missing
 
 

@@ -1,10 +1,11 @@
 """The Dockerfile: hadolint-clean, its contract with manifests and tests, its install steps.
 
 These tests need no container engine (tests/image builds and runs the image itself). The
-Dockerfile is linted, its promises (user, entry point, work dir, labels, bases, Pulumi pin)
-are read from it, and its builder stage is replayed: the files it copies, built into a
-wheel, installed into a fresh virtualenv that keeps its pip, which must run the entry
-point, import every package and answer ``pip list`` (the Python language host asks it).
+Dockerfile is linted, its promises (user, entry point, work dir, labels, bases, Pulumi pin,
+language hosts, Node.js, uv) are read from it, and its builder stage is replayed: the
+files it copies, built into a wheel, installed into a fresh virtualenv that keeps its pip,
+which must run the entry point, import every package and answer ``pip list`` (the Python
+language host asks it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from testbed.assets import PULUMI_BINARIES, PULUMI_VERSION
+from testbed.image.nodejs import LINKS as NODE_LINKS
 from tests.hack.wheelhouse import repack_requirements
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,13 +90,71 @@ def test_hadolint_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# The binaries the image takes from the release archive: the first must be there, the
+# others are taken when the archive has them (a release's has them all).
+REQUIRED_BINARIES = (
+    "pulumi",
+    "pulumi-language-python",
+    "pulumi-language-python-exec",
+    "pulumi-resource-pulumi-python",
+)
+OPTIONAL_BINARIES = (
+    "pulumi-language-nodejs",
+    "pulumi-resource-pulumi-nodejs",
+    "pulumi-language-yaml",
+    "pulumi-language-go",
+)
+
+
+def pulumi_install() -> str:
+    """The pulumi stage's RUN that installs binaries into /opt/pulumi/bin."""
+    return next(a for _, kw, a in instructions() if kw == "RUN" and "/opt/pulumi/bin/" in a)
+
+
 def test_pulumi_cli_is_the_one_the_tests_run() -> None:
-    """The image pins the test bed's Pulumi version and ships the same binaries."""
+    """The image pins the test bed's Pulumi version and ships every binary the tests run."""
     args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
     assert f"PULUMI_VERSION={PULUMI_VERSION}" in args
-    install = next(a for _, kw, a in instructions() if kw == "RUN" and "/opt/pulumi/bin/" in a)
-    for binary in PULUMI_BINARIES:
+    install = pulumi_install()
+    for binary in REQUIRED_BINARIES:
         assert f"pulumi/{binary} " in install
+    assert set(PULUMI_BINARIES) <= {*REQUIRED_BINARIES, *OPTIONAL_BINARIES}
+
+
+def test_language_hosts_are_taken_when_the_archive_has_them() -> None:
+    """Node.js, YAML and Go hosts and the Node.js dynamic provider: each one if present."""
+    install = pulumi_install()
+    assert "for optional in " in install
+    optional = install.split("for optional in ", 1)[1].split(";", 1)[0].split()
+    assert optional == [f"pulumi/{binary}" for binary in OPTIONAL_BINARIES]
+    assert 'if [ -f "${optional}" ]; then install -m 0755 "${optional}" /opt/pulumi/bin/' in install
+
+
+def test_node_comes_from_the_node_image_as_the_official_images_lay_it_out() -> None:
+    """node, npm and corepack copied from NODE_IMAGE's /usr/local, the links made again."""
+    args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
+    assert "NODE_IMAGE=node:20-bookworm-slim" in args
+    copies = [a for a in final("COPY") if a.startswith("--from=node ")]
+    assert copies == [
+        "--from=node /usr/local/bin/node /usr/local/bin/node",
+        "--from=node /usr/local/lib/node_modules/npm/ /usr/local/lib/node_modules/npm/",
+        "--from=node /usr/local/lib/node_modules/corepack/ /usr/local/lib/node_modules/corepack/",
+    ]
+    links = next(a for a in final("RUN") if "corepack enable" in a)
+    for name, target in NODE_LINKS.items():
+        assert f"ln -s {target} /usr/local/bin/{name}" in links
+
+
+def test_uv_is_pinned_and_copied_alone() -> None:
+    """The uv of UV_VERSION (PyPI) beside the operator's venv, its binaries on PATH."""
+    args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
+    assert any(a.startswith("UV_VERSION=0.") for a in args)
+    builder = stage_of("builder")
+    install = next(
+        a for stage, kw, a in instructions() if stage == builder and kw == "RUN" and "uv==" in a
+    )
+    assert '--no-deps --target /opt/uv "uv==${UV_VERSION}"' in install
+    assert "--from=builder /opt/uv/bin/ /usr/local/bin/" in final("COPY")
 
 
 def test_image_contract() -> None:
@@ -106,7 +166,8 @@ def test_image_contract() -> None:
     env = " ".join(final("ENV"))
     assert f"PSO_WORK_DIR={WORK_DIR}" in env
     assert final("WORKDIR") == [WORK_DIR]
-    assert "PIP_NO_CACHE_DIR=1" in env  # pip stays, its cache never does
+    # Programs' pip installs cache their downloads in the dependency cache (PIP_CACHE_DIR).
+    assert "PIP_NO_CACHE_DIR" not in env
     labels = " ".join(final("LABEL"))
     for key in ("title", "description", "licenses", "version", "revision"):
         assert f"org.opencontainers.image.{key}=" in labels
@@ -116,7 +177,7 @@ def test_image_contract() -> None:
 
 
 def test_stages_are_built_on_the_base_arguments() -> None:
-    """Stages start from PYTHON_IMAGE; the builder from BUILDER_IMAGE (default: the same)."""
+    """From PYTHON_IMAGE; builder: BUILDER_IMAGE (default the same); node: NODE_IMAGE."""
     args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
     assert "BUILDER_IMAGE=${PYTHON_IMAGE}" in args
     bases = {
@@ -125,6 +186,7 @@ def test_stages_are_built_on_the_base_arguments() -> None:
         if kw == "FROM"
     }
     assert bases == {
+        "node": "${NODE_IMAGE}",
         "builder": "${BUILDER_IMAGE}",
         "download": "scratch",
         "pulumi": "${PYTHON_IMAGE}",

@@ -1,7 +1,8 @@
 """Running the operator's image in a container, for the image tests.
 
 ``run_image`` runs it the way a cluster does: the image's user, a read-only root
-filesystem, writable mounts on the work dir and /tmp only, no network.
+filesystem, writable mounts on the work dir and /tmp only, no network (unless a test needs
+a package registry: then the host's network and CA bundle).
 """
 
 from __future__ import annotations
@@ -44,15 +45,17 @@ def run_image(
     entrypoint: str | None = None,
     env_file: Path | None = None,
     env: Mapping[str, str] | None = None,
+    network: str = "none",
+    read_only: Mapping[Path, str] | None = None,
     timeout: float = 180,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``image`` with ``args``: read-only root, ``scratch``/work and /tmp writable.
 
+    ``network`` is podman's ``--network`` (``host`` to reach a package registry);
+    ``read_only`` mounts host paths read-only at container paths (e.g. a CA bundle).
     Returns the finished process (stdout and stderr captured), whatever its exit code.
     """
-    mounts = ["-v", f"{writable_dir(scratch / 'work')}:{WORK_DIR}"]
-    mounts += ["-v", f"{writable_dir(scratch / 'tmp')}:/tmp"]
-    options = ["--rm", "--network", "none", "--read-only", *mounts]
+    options = ["--rm", "--network", network, "--read-only", *_mounts(scratch, read_only or {})]
     if entrypoint is not None:
         options += ["--entrypoint", entrypoint]
     if env_file is not None:
@@ -63,3 +66,12 @@ def run_image(
         return engine.run(
             "run", "--name", name, *options, image.ref, *args, check=False, timeout=timeout
         )
+
+
+def _mounts(scratch: Path, read_only: Mapping[Path, str]) -> list[str]:
+    """``-v`` options: the writable work dir and /tmp under ``scratch``, then ``read_only``."""
+    mounts = ["-v", f"{writable_dir(scratch / 'work')}:{WORK_DIR}"]
+    mounts += ["-v", f"{writable_dir(scratch / 'tmp')}:/tmp"]
+    for source, target in read_only.items():
+        mounts += ["-v", f"{source}:{target}:ro"]
+    return mounts

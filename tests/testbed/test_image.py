@@ -1,8 +1,12 @@
-"""Pieces of ``testbed.image`` that need no container engine: context, digest, release, CLI."""
+"""Pieces of ``testbed.image`` that need no container engine: context, digest, release, CLI.
+
+Also the Node.js stage's layout, made from a fake Node.js install.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 import subprocess
 import tarfile
@@ -12,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.assets import PULUMI_BINARIES, PULUMI_VERSION
-from testbed.image import ImageError, base, build, engine, release
+from testbed.image import ImageError, base, build, engine, nodejs, release
 from testbed.image.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,3 +150,72 @@ def test_cli_refuses_half_a_pulumi_source(capsys: pytest.CaptureFixture[str]) ->
         main(["--pulumi-url", "http://example.invalid/p.tar.gz"])
     assert exited.value.code == 2
     assert "go together" in capsys.readouterr().err
+
+
+def fake_node(prefix: Path, version: str = "v20.1.0") -> Path:
+    """A Node.js install under ``prefix`` as a .deb lays it out; its ``bin`` directory."""
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "node").write_text(f"#!/bin/sh\necho {version}\n")
+    (prefix / "bin" / "node").chmod(0o755)
+    modules = prefix / "lib" / "node_modules"
+    for module, script in (("npm", "bin/npm-cli.js"), ("corepack", "dist/corepack.js")):
+        (modules / module / script).parent.mkdir(parents=True)
+        (modules / module / script).write_text("// js\n")
+        (modules / module / "package.json").write_text('{"version": "1.2.3"}')
+    (modules / "npm" / "bin" / "npx-cli.js").write_text("// js\n")
+    (modules / "npm" / "node_modules" / ".bin").mkdir(parents=True)
+    (modules / "npm" / "node_modules" / ".bin" / "x").symlink_to("../x/cli.js")
+    return prefix / "bin"
+
+
+@pytest.fixture
+def host_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake Node.js 20 first on PATH; its prefix."""
+    monkeypatch.setenv("PATH", f"{fake_node(tmp_path / 'prefix')}:/usr/bin:/bin")
+    return tmp_path / "prefix"
+
+
+def test_node_stage_is_laid_out_as_the_official_images(host_node: Path, tmp_path: Path) -> None:
+    """node, npm and corepack under usr/local, the links relative, owned by root."""
+    found = nodejs.find_host_node()
+    assert found.binary == host_node / "bin" / "node"
+    assert found.version == "v20.1.0"
+    nodejs.write_rootfs(found, tmp_path / "rootfs.tar")
+    with tarfile.open(tmp_path / "rootfs.tar") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["usr/local/bin/node"].isfile()
+    assert members["usr/local/bin/node"].mode & 0o111
+    links = {n: m.linkname for n, m in members.items() if m.issym()}
+    assert links == {
+        "usr/local/bin/npm": "../lib/node_modules/npm/bin/npm-cli.js",
+        "usr/local/bin/npx": "../lib/node_modules/npm/bin/npx-cli.js",
+        "usr/local/bin/corepack": "../lib/node_modules/corepack/dist/corepack.js",
+        "usr/local/lib/node_modules/npm/node_modules/.bin/x": "../x/cli.js",
+    }
+    for target in nodejs.LINKS.values():
+        assert posixpath.normpath(f"usr/local/bin/{target}") in members
+    assert {(m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, "root")}
+
+
+def test_node_key_follows_the_versions_and_files(host_node: Path) -> None:
+    """Unchanged files: the same key; a new npm: another key."""
+    first = nodejs.node_key(nodejs.find_host_node())
+    assert first.startswith("v20.1.0-")
+    assert nodejs.node_key(nodejs.find_host_node()) == first
+    (host_node / "lib" / "node_modules" / "npm" / "package.json").write_text('{"version": "9"}')
+    assert nodejs.node_key(nodejs.find_host_node()) != first
+
+
+def test_node_older_than_20_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node.js 18 (Debian bookworm's): an ImageError that says what to install."""
+    monkeypatch.setenv("PATH", f"{fake_node(tmp_path / 'prefix', 'v18.19.0')}:/usr/bin:/bin")
+    with pytest.raises(ImageError, match=r"Node\.js >= 20"):
+        nodejs.find_host_node()
+    assert nodejs.problem() == "Node.js >= 20 with npm and corepack"
+
+
+def test_node_without_corepack_is_refused(host_node: Path) -> None:
+    """The Dockerfile copies corepack: a Node.js without it cannot stand in."""
+    (host_node / "lib" / "node_modules" / "corepack" / "package.json").unlink()
+    with pytest.raises(ImageError, match="corepack is missing"):
+        nodejs.find_host_node()
