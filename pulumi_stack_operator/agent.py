@@ -5,9 +5,11 @@ source, stack, config; no secret value), ``PSO_OPERATION`` (``up``, ``preview`` 
 ``destroy``), and the variables the kubelet filled from the Stack's Secrets. As the
 ``checkout`` init container (``agent checkout``) it checks the source out into the
 workspace; only it has the git credentials (``PSO_GIT_<n>``). As the run container it runs
-the operation with ``LocalRunner`` (the same code as the local runner: scrubbing, progress,
-outcome) with the ``PSO_SECRET_<n>`` values, and prints its reports on stdout
-(``reconcile.runner.channel``); its own log goes to stderr.
+the operation with ``LocalRunner`` (the same code as the local runner: installing the
+program's dependencies, scrubbing, progress, outcome) with the ``PSO_SECRET_<n>`` values,
+and prints its reports on stdout (``reconcile.runner.channel``); its own log goes to
+stderr. What it installs is cached on the namespace's cache volume when the pod mounts
+one (``PSO_CACHE_DIR``; see ``local_runner``).
 
 The program's environment is the pod's (the Stack's ``workspaceTemplate`` env, the
 ServiceAccount's in-cluster variables) plus the Stack's ``envRefs``, never a ``PSO_``
@@ -42,6 +44,7 @@ from reconcile.runner import locks as backend_locks
 from reconcile.runner.channel import fitted, outcome_line, parse_line, progress_line
 from reconcile.runner.failures import StepFailedError
 from reconcile.runner.job import GIT_ENV_PREFIX, SECRET_ENV_PREFIX
+from reconcile.runner.local import DEFAULT_CACHE_LIMIT
 from reconcile.runner.project import load_project
 from reconcile.runner.types import failed_outcome
 from reconcile.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
@@ -159,14 +162,35 @@ def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Out
         return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
     request = job.request(work_dir, environ)
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
-    store = WORKSPACE / ".pulumi-home"
-    store.mkdir(parents=True, exist_ok=True)
-    runner = LocalRunner(pulumi_command(), store)
+    runner = local_runner(environ)
     operate = runner.destroy if job.operation == "destroy" else runner.run
     outcome = operate(request, on_progress=_print_progress, stop=stop)
     if outcome.error is ErrorKind.CONFLICT and _release_own_locks(runner, request):
         outcome = operate(request, on_progress=_print_progress, stop=stop)
     return outcome
+
+
+def local_runner(environ: Mapping[str, str]) -> LocalRunner:
+    """The runner of the pod's operation, caching what it installs where the pod says.
+
+    ``PSO_CACHE_DIR`` (the namespace's cache volume, when the pod mounts one) holds the
+    installed dependencies, download caches and plugins, shared by the namespace's run
+    pods; without it they live in the pod's workspace and go with it.
+    ``PSO_CACHE_LIMIT`` bounds the cache (bytes); ``PSO_PLUGIN_MIRROR`` is where plugins
+    are downloaded from.
+    """
+    cache_dir = environ.get("PSO_CACHE_DIR")
+    root = Path(cache_dir) if cache_dir else WORKSPACE
+    plugin_home = root / ("pulumi-home" if cache_dir else ".pulumi-home")
+    plugin_home.mkdir(parents=True, exist_ok=True)
+    limit = environ.get("PSO_CACHE_LIMIT", "")
+    return LocalRunner(
+        pulumi_command(),
+        plugin_home,
+        cache=root / ("dependencies" if cache_dir else ".cache"),
+        cache_limit=int(limit) if limit.isdigit() else DEFAULT_CACHE_LIMIT,
+        plugin_mirror=environ.get("PSO_PLUGIN_MIRROR") or None,
+    )
 
 
 def _checkout(job: AgentJob, started: datetime) -> Outcome | None:

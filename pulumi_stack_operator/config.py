@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import tempfile
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,6 +43,56 @@ class OperatorConfig:
     default_backend: str | None
     update_retry_base: float
     max_update_failures: int
+    dependency_cache_size: int = 10 * 1024**3
+    """Bytes of installed dependencies and download caches kept per cache (LRU eviction)."""
+    plugin_mirror: str | None = None
+    """The URL every Pulumi plugin is downloaded from; None: each plugin's own source."""
+    run_cache_claim: str = "pulumi-cache"
+    """``pod`` runner: the PersistentVolumeClaim of a Stack's namespace that its run pods
+    mount as their dependency and plugin cache, when the namespace has one ("": never)."""
+
+
+_QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
+_UNITS = {"K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
+_UNITS |= {f"{unit}i": 1024 ** (index + 1) for index, unit in enumerate("KMGT")}
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def byte_quantity(value: str) -> int:
+    """An argparse ``type``: bytes as a Kubernetes quantity (``500Mi``, ``10Gi``, ``2G``, ``0``)."""
+    match = _QUANTITY.fullmatch(value.strip())
+    if match is None:
+        msg = f"{value!r} is not a size such as 500Mi, 10Gi or 2G"
+        raise argparse.ArgumentTypeError(msg)
+    return int(match["number"]) * _UNITS.get(match["unit"] or "", 1)
+
+
+def mirror_url(value: str) -> str:
+    """An argparse ``type``: an http(s) URL without credentials, ``=`` or ``,``.
+
+    The CLI reads it from ``PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES`` (``regexp=URL,…``), which
+    cannot hold those two characters; run pods get it in their spec, where no credential
+    belongs.
+    """
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        msg = f"{value!r} is not an http:// or https:// URL"
+        raise argparse.ArgumentTypeError(msg)
+    if parsed.username is not None or parsed.password is not None:
+        msg = "the plugin mirror's URL must not hold credentials"
+        raise argparse.ArgumentTypeError(msg)
+    if "=" in value or "," in value:
+        msg = f"{value!r}: the plugin mirror's URL cannot hold '=' or ','"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def claim_name(value: str) -> str:
+    """An argparse ``type``: a PersistentVolumeClaim name (a DNS label), or "" for none."""
+    if value and (len(value) > 63 or not _DNS_LABEL.fullmatch(value)):
+        msg = f"{value!r} is not a PersistentVolumeClaim name (lower case, digits, '-')"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +141,31 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "to the Stack's retryMaxBackoffDurationSeconds (default: 10)",
     )
     add(
+        "--dependency-cache-size",
+        type=byte_quantity,
+        default=10 * 1024**3,
+        help="size the cache of programs' installed dependencies and downloads may reach "
+        "before the least recently used are evicted, as a quantity (500Mi, 10Gi); one cache "
+        "for the local runner (in --work-dir), one per namespace for the pod runner "
+        "(default: 10Gi)",
+    )
+    add(
+        "--plugin-mirror",
+        type=mirror_url,
+        default=None,
+        help="http(s) URL that every Pulumi plugin is downloaded from, as release archives "
+        "(pulumi-<kind>-<name>-v<version>-<os>-<arch>.tar.gz), for clusters without internet "
+        "access (default: each plugin's own source)",
+    )
+    add(
+        "--run-cache-claim",
+        type=claim_name,
+        default="pulumi-cache",
+        help="--runner=pod: the PersistentVolumeClaim, in a Stack's namespace, that its run "
+        "pods mount as their dependency and plugin cache when the namespace has one; without "
+        "it each run installs into its own pod; '' never mounts one (default: pulumi-cache)",
+    )
+    add(
         "--max-update-failures",
         type=positive(int),
         default=5,
@@ -127,4 +204,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         default_backend=args.default_backend,
         update_retry_base=args.update_retry_base,
         max_update_failures=int(args.max_update_failures),
+        dependency_cache_size=args.dependency_cache_size,
+        plugin_mirror=args.plugin_mirror,
+        run_cache_claim=args.run_cache_claim,
     )

@@ -25,7 +25,7 @@ from reconcile.collaborators import Collaborators, GitSource, StackPatcher
 from reconcile.interrupts import RunInterrupts
 from reconcile.policy import Policy
 from reconcile.refs import SecretReader
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, Runner
+from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunCaching, Runner
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
 from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
@@ -35,9 +35,19 @@ STACKS = Resource(GROUP, VERSION, PLURAL)
 
 
 def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
-    """The ``local`` runner: the Pulumi CLI on PATH, run by this process."""
-    del context, cfg
-    return LocalRunner(pulumi_command(), plugin_store)
+    """The ``local`` runner: the Pulumi CLI on PATH, run by this process.
+
+    Programs' dependencies are cached in the work root's ``.cache`` (no namespace can have
+    that name: namespaces are DNS labels).
+    """
+    del context
+    return LocalRunner(
+        pulumi_command(),
+        plugin_store,
+        cache=plugin_store.parent / ".cache",
+        cache_limit=cfg.dependency_cache_size,
+        plugin_mirror=cfg.plugin_mirror,
+    )
 
 
 def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
@@ -45,7 +55,8 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     del plugin_store
     image = cfg.run_image or own_image(context.api_client, os.environ)
     metrics = RunPodMetrics(context.registry)
-    return PodRunner(context.api_client, image, metrics=metrics)
+    caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
+    return PodRunner(context.api_client, image, metrics=metrics, caching=caching)
 
 
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:

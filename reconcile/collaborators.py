@@ -21,7 +21,7 @@ API server in the operator. The interfaces name only what the reconciler calls:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,7 +34,7 @@ from controller.retry import with_retries
 from reconcile.context import Mutation
 from reconcile.interrupts import RunInterrupts
 from reconcile.resource import GROUP, PLURAL, VERSION
-from reconcile.runner import Runner
+from reconcile.runner import InstallRecord, Runner
 from reconcile.source import GitCredentials, checkout, program_dir, resolve_revision
 from reconcile.spec import ResourceRef
 
@@ -94,6 +94,12 @@ class UpdateMetrics(Protocol):
 
     def observe_reconcile(self, result: str, seconds: float) -> None:
         """Record one reconcile's duration."""
+        ...
+
+    def observe_installs(
+        self, installs: Iterable[InstallRecord], cache_bytes: Mapping[str, int], namespace: str
+    ) -> None:
+        """Record a run's dependency and plugin steps and its cache's bytes (by ``namespace``)."""
         ...
 
 

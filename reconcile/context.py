@@ -59,6 +59,13 @@ class Settings:
         """The deadline of one run of the Stack, in seconds."""
         return float(spec.timeout_seconds or self.run_timeout)
 
+    def cache_scope(self, key: ObjectKey) -> str:
+        """Whose dependency cache the Stack's runs use: its namespace's in run pods, else ours.
+
+        ``""`` names the local runner's one cache (the metrics' ``namespace`` label).
+        """
+        return key.namespace if self.remote_runs else ""
+
 
 @dataclasses.dataclass(frozen=True)
 class Pass:

@@ -12,7 +12,7 @@ A run is due, in this order, when:
 6. the last attempt failed and its backoff (``base · 2^(failures-1)``, capped by
    ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
    the failure was one that needs a change (the run left the Stack Stalled with a reason
-   in ``reconcile.policy.NEEDS_A_CHANGE``), in which case nothing runs until one of 2-4
+   in ``reconcile.policy.STALLED_BY_A_RUN``), in which case nothing runs until one of 2-4
    happens;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.clock import parse_time
-from reconcile.policy import NEEDS_A_CHANGE, Policy, backoff, poll_period
+from reconcile.policy import STALLED_BY_A_RUN, Policy, backoff, poll_period
 from reconcile.spec import StackSpec
 from status.conditions import STALLED, get_condition
 
@@ -145,7 +145,7 @@ def _stalled_by_the_run(status: Mapping[str, Any]) -> bool:
     return (
         stalled is not None
         and stalled.get("status") == "True"
-        and stalled.get("reason") in NEEDS_A_CHANGE
+        and stalled.get("reason") in STALLED_BY_A_RUN
     )
 
 

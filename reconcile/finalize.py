@@ -84,7 +84,7 @@ class Finalizer:
             msg = "the operator is stopping; the destroy goes on in its run pod"
             raise TransientError(msg)
         verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER)
-        observe_update(self._parts, operated, verdict)
+        observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
         self._effects.execute(at, verdict)
 
     def _plan(self, at: Pass, spec: StackSpec) -> Plan:

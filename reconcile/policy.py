@@ -49,3 +49,11 @@ NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reas
 
 (``InvalidSpec`` from a run: ``spec.repoDir`` names no directory inside the commit.)
 """
+
+STALLED_BY_A_RUN = NEEDS_A_CHANGE | {Reason.DEPENDENCY_INSTALL_FAILED}
+"""Reasons of a Stalled condition a run's failure wrote, which only a change can mend.
+
+``DependencyInstallFailed`` stalls only when the install can never work as written (a
+lockfile out of step, a version that does not exist, a toolchain the image lacks); a
+registry that did not answer is retried, and then Stalled is not written.
+"""

@@ -47,13 +47,12 @@ def started(observed: Observed, operation: str, identity: str, now: datetime.dat
 def progress(
     progress: Progress, operation: str, generation: int, now: datetime.datetime
 ) -> Mutation:
-    """Show the engine's ``progress``: ``status.progress`` and Reconciling's message."""
-    message = (
-        f"Running pulumi {operation}: {progress.step}, "
-        f"{progress.resources_done}/{progress.resources_total} resources done"
-        + (f", {progress.resources_failed} failed" if progress.resources_failed else "")
-    )
-    fields = {
+    """Show the engine's ``progress``: ``status.progress`` and Reconciling's message.
+
+    The ``install`` step (dependencies and plugins, before the engine runs) says what is
+    being installed and for how long: ``installing dependencies (npm ci), 12s``.
+    """
+    fields: dict[str, Any] = {
         "step": progress.step,
         "resourcesDone": progress.resources_done,
         "resourcesTotal": progress.resources_total,
@@ -61,6 +60,17 @@ def progress(
         "current": progress.current or "",
         "updatedAt": cond.now_rfc3339(now),
     }
+    if progress.step == "install":
+        elapsed = (now - progress.started).total_seconds() if progress.started else 0.0
+        message = f"Running pulumi {operation}: {progress.current}, {max(0, round(elapsed))}s"
+        if progress.started is not None:
+            fields["startedAt"] = cond.now_rfc3339(progress.started)
+    else:
+        message = (
+            f"Running pulumi {operation}: {progress.step}, "
+            f"{progress.resources_done}/{progress.resources_total} resources done"
+            + (f", {progress.resources_failed} failed" if progress.resources_failed else "")
+        )
 
     def apply(status: Mapping[str, Any]) -> dict[str, Any]:
         new = cond.progressing(status, generation, message, now)

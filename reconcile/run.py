@@ -148,7 +148,7 @@ class Runs:
             deleting=operated.deleting,
         )
         verdict = verdicts.of_run(facts, plan.spec, self._settings.policy)
-        observe_update(self._parts, operated, verdict)
+        observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
         recorded = verdicts.concluded(operated.outcome, operated.deadline)
         failures = verdict.failures or 0
         fields = report.concluded(plan.observed, recorded, failures, now)
@@ -205,13 +205,20 @@ class Runs:
         return max(0.0, round(self._settings.takeover_delay - held, 3))
 
 
-def observe_update(parts: Collaborators, operated: Operated, verdict: verdicts.Verdict) -> None:
-    """Record the operation's duration and changes under the verdict's result label."""
+def observe_update(
+    parts: Collaborators, operated: Operated, verdict: verdicts.Verdict, scope: str
+) -> None:
+    """Record the operation's duration and changes under the verdict's result label.
+
+    Also its dependency and plugin steps, and the bytes of the cache of ``scope`` (the
+    namespace whose cache it used; ``""``: the operator's one cache).
+    """
     outcome = operated.outcome
     seconds = (outcome.ended - outcome.started).total_seconds()
     parts.metrics.observe_update(
         outcome.operation, verdict.update_result, seconds, outcome.resource_changes
     )
+    parts.metrics.observe_installs(outcome.installs, outcome.cache_bytes, scope)
 
 
 class ProgressReporter:

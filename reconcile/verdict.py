@@ -15,7 +15,9 @@ is judged here, and only here, into a ``Verdict``:
   flight (``currentUpdate`` and ``progress`` go).
 
 A run's failure is classified by its kind: ``ProgramInvalid`` and ``StackNotFound`` stall
-at once (``NEEDS_A_CHANGE``: no retry can mend them); other failures are retried after the
+at once (``NEEDS_A_CHANGE``: no retry can mend them), and so does a
+``DependencyInstallFailed`` whose install can never work as written (``STALLING_KINDS``;
+one whose registry did not answer is retried); other failures are retried after the
 policy's backoff until ``max_update_failures`` in a row, then stall ``RetriesExhausted``; a
 lock held by another update (``UpdateConflict``) is waited for, without counting as a
 failure; an operator shutdown (``Interrupted``) is resumed at the next start. A run
@@ -64,6 +66,7 @@ EVENTS: Mapping[str, str] = {
             Reason.RETRIES_EXHAUSTED,
             Reason.DELETION_BLOCKED,
             Reason.RUNNER_FAILED,
+            Reason.DEPENDENCY_INSTALL_FAILED,
         ),
         WARNING,
     ),
@@ -82,7 +85,11 @@ _KIND_REASONS = {
     ErrorKind.PROGRAM_INVALID: Reason.PROGRAM_INVALID,
     ErrorKind.REFRESH_CHANGES: Reason.REFRESH_DRIFT,
     ErrorKind.RUNNER_FAILED: Reason.RUNNER_FAILED,
+    ErrorKind.DEPENDENCIES_FAILED: Reason.DEPENDENCY_INSTALL_FAILED,
+    ErrorKind.DEPENDENCIES_INVALID: Reason.DEPENDENCY_INSTALL_FAILED,
 }
+STALLING_KINDS = frozenset({ErrorKind.DEPENDENCIES_INVALID})
+"""Failures of a run that stall it at once although their reason may also be retried."""
 
 
 class Shape(enum.Enum):
@@ -282,7 +289,7 @@ def _failed(
     failures = conclusion.failures or 0
     reason = failure_reason(outcome, timed_out=facts.deadline is not None)
     event, requeue_after = Notice(reason, outcome.message), poll_period(spec)
-    if reason in NEEDS_A_CHANGE:
+    if reason in NEEDS_A_CHANGE or outcome.error in STALLING_KINDS:
         conditions = Conditions(Shape.STALLED, reason, outcome.message)
     elif failures >= policy.max_update_failures:
         message = (

@@ -66,6 +66,7 @@ class Reason(enum.StrEnum):
     DESTROYING = "Destroying"
     DELETION_BLOCKED = "DeletionBlocked"
     RUNNER_FAILED = "RunnerFailed"
+    DEPENDENCY_INSTALL_FAILED = "DependencyInstallFailed"
 
 
 def now_rfc3339(now: datetime.datetime) -> str:

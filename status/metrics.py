@@ -24,10 +24,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
 from prometheus_client.core import GaugeMetricFamily
 
 from controller.cache import ObjectKey
@@ -40,6 +40,12 @@ DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
 UPDATE_RESULTS = ("succeeded", "failed", "interrupted", "conflict")
 OPERATIONS = ("up", "preview", "refresh", "destroy")
+# What the dependency metrics are by: the runtimes whose dependencies are installed, and
+# the plugin step. Installs take seconds to tens of minutes.
+INSTALL_KINDS = ("nodejs", "python", "go", "plugins")
+INSTALL_RESULTS = ("succeeded", "failed")
+INSTALL_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
+CACHES = ("environments", "downloads", "plugins")
 
 
 class StackMetrics:
@@ -75,6 +81,7 @@ class StackMetrics:
             ["operation", "change"],
             registry=registry,
         )
+        self.dependencies = DependencyMetrics(registry)
         self._zero()
 
     def _zero(self) -> None:
@@ -130,6 +137,94 @@ class StackMetrics:
     def observe_reconcile(self, result: str, seconds: float) -> None:
         """Record one reconcile's duration."""
         self.reconcile_duration.labels(result).observe(seconds)
+
+    def observe_installs(
+        self, installs: Iterable[InstallStep], cache_bytes: Mapping[str, int], namespace: str
+    ) -> None:
+        """Record a run's dependency and plugin steps and its cache's size."""
+        self.dependencies.observe(installs, cache_bytes, namespace)
+
+
+class InstallStep(Protocol):
+    """One dependency or plugin step of a run (``reconcile.runner.InstallRecord``)."""
+
+    @property
+    def kind(self) -> str:
+        """``nodejs``, ``python``, ``go`` or ``plugins``."""
+        ...
+
+    @property
+    def hit(self) -> bool:
+        """The cache had it: nothing was installed."""
+        ...
+
+    @property
+    def seconds(self) -> float:
+        """How long the install took (a hit's lookup)."""
+        ...
+
+    @property
+    def succeeded(self) -> bool:
+        """The install succeeded."""
+        ...
+
+
+class DependencyMetrics:
+    """The ``pulumi_stack_dependency_*`` families: cache hits, misses, installs, bytes.
+
+    A hit is a run that found its program's dependencies (or plugins) installed and ran
+    nothing; a miss ran the tool, and its time is observed by result. The cache's bytes
+    are by ``namespace``, the cache's trust domain: a namespace's cache volume with the
+    pod runner, ``""`` for the local runner's one cache; set after each install.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Register the families in ``registry``; the kinds' series start at zero."""
+        self.hits = Counter(
+            "pulumi_stack_dependency_cache_hits",
+            "Runs whose program's dependencies (or plugins) were found installed, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.misses = Counter(
+            "pulumi_stack_dependency_cache_misses",
+            "Runs that had to install their program's dependencies (or plugins), by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.install_duration = Histogram(
+            "pulumi_stack_dependency_install_duration_seconds",
+            "Time one install of a program's dependencies (or plugins) took, by kind and result.",
+            ["kind", "result"],
+            buckets=INSTALL_BUCKETS,
+            registry=registry,
+        )
+        self.cache_bytes = Gauge(
+            "pulumi_stack_dependency_cache_bytes",
+            "Bytes the dependency cache held after the last install, by trust domain and part.",
+            ["namespace", "cache"],
+            registry=registry,
+        )
+        for kind in INSTALL_KINDS:
+            self.hits.labels(kind)
+            self.misses.labels(kind)
+            for result in INSTALL_RESULTS:
+                self.install_duration.labels(kind, result)
+
+    def observe(
+        self, installs: Iterable[InstallStep], cache_bytes: Mapping[str, int], namespace: str
+    ) -> None:
+        """Count each step as a hit or a miss, time the misses, set the cache's bytes."""
+        for step in installs:
+            if step.hit:
+                self.hits.labels(step.kind).inc()
+                continue
+            self.misses.labels(step.kind).inc()
+            result = "succeeded" if step.succeeded else "failed"
+            self.install_duration.labels(step.kind, result).observe(step.seconds)
+        for cache, size in cache_bytes.items():
+            if cache in CACHES:
+                self.cache_bytes.labels(namespace, cache).set(size)
 
 
 class _Row(NamedTuple):

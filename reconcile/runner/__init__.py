@@ -10,7 +10,8 @@ phases and outcome), ``cli`` (``pulumi`` command lines and their environment), `
 ``scrub`` (secrets out of messages and outputs), ``project`` (Pulumi.yaml and the stack
 settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks);
 ``pod`` (``PodRunner``: each operation in a pod), ``podspec`` (the run pod's manifest),
-``job`` (what a run pod is given), ``channel`` (the reports a run pod prints).
+``job`` (what a run pod is given), ``channel`` (the reports a run pod prints);
+``deps`` (the program's dependencies and plugins, installed and cached before a run).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from reconcile.runner.base import Runner
 from reconcile.runner.job import RunJob, SecretEnv, SecretEnvNames
 from reconcile.runner.local import LocalRunner
 from reconcile.runner.pod import PodRunner
+from reconcile.runner.podspec import RunCaching
 from reconcile.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     ErrorKind,
+    InstallRecord,
     LockInfo,
     Outcome,
     Progress,
@@ -33,12 +36,14 @@ from reconcile.runner.types import (
 __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
     "ErrorKind",
+    "InstallRecord",
     "LocalRunner",
     "LockInfo",
     "Outcome",
     "PodRunner",
     "Progress",
     "ProgressCallback",
+    "RunCaching",
     "RunJob",
     "Runner",
     "SecretEnv",

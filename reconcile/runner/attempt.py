@@ -10,9 +10,12 @@ the stack's outputs. A failed phase raises ``StepFailedError`` with its ``ErrorK
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +26,15 @@ import structlog
 
 from reconcile import process
 from reconcile.runner import project as projects
-from reconcile.runner.cli import Cli, CliContext, CliError, CliStoppedError
+from reconcile.runner.cli import Cli, CliContext, CliError, CliStoppedError, inherited_env
+from reconcile.runner.deps import DependencyError, Installer, Permanence, Prepared, Tools
+from reconcile.runner.deps.failures import message as failure_message
+from reconcile.runner.deps.failures import permanence
+from reconcile.runner.deps.installer import ticking
+from reconcile.runner.deps.plugins import TOOL as PLUGIN_TOOL
+from reconcile.runner.deps.plugins import PluginChecks, project_key
+from reconcile.runner.deps.store import disk_usage
+from reconcile.runner.deps.tools import ToolStoppedError
 from reconcile.runner.engine import EventLog, StepObserver, holds_secret
 from reconcile.runner.failures import Phase, StepFailedError, classify, stack_missing
 from reconcile.runner.home import PLUGINS_DIR, make_home
@@ -32,6 +43,7 @@ from reconcile.runner.scrub import Scrubber
 from reconcile.runner.types import (
     MESSAGE_LIMIT,
     ErrorKind,
+    InstallRecord,
     Operation,
     Outcome,
     Progress,
@@ -49,6 +61,14 @@ _DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.loca
 _PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
 
 
+_UNKNOWN_COMMAND = re.compile(r"unknown (?:command|flag)")
+_PERMANENT_KINDS = {
+    Permanence.PERMANENT: ErrorKind.DEPENDENCIES_INVALID,
+    Permanence.TRANSIENT: ErrorKind.DEPENDENCIES_FAILED,
+}
+MIRROR_ENV = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
+
+
 @dataclass(frozen=True)
 class RunnerSettings:
     """What every attempt of one runner shares.
@@ -56,11 +76,20 @@ class RunnerSettings:
     ``binary``: the absolute ``pulumi``. ``plugin_home``: the ``PULUMI_HOME`` holding the
     plugin store every Stack's home links to, and the home of requests without their own.
     ``interrupt_grace``: seconds between SIGINT and SIGKILL of an interrupted CLI.
+    ``installer``: where programs' dependencies are installed and cached;
+    ``plugin_mirror``: the URL every plugin is downloaded from (None: each plugin's own).
     """
 
     binary: str
     plugin_home: Path
     interrupt_grace: float
+    installer: Installer
+    plugin_mirror: str | None = None
+
+    @property
+    def plugin_store(self) -> Path:
+        """The directory holding the installed plugins."""
+        return self.plugin_home.absolute() / PLUGINS_DIR
 
 
 class Attempt:
@@ -83,16 +112,21 @@ class Attempt:
         # Absolute: the CLI runs in the work dir, and a relative PULUMI_HOME would move.
         self.home = (request.pulumi_home or settings.plugin_home).absolute()
         # The update check phones home on every command; PULUMI_HOME is always ours.
+        mirror = {MIRROR_ENV: f"^.*$={settings.plugin_mirror}"} if settings.plugin_mirror else {}
         env = {
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "HOME": str(self.home),
+            **settings.installer.environment(),
+            **mirror,
             **request.env,
             "PULUMI_HOME": str(self.home),
         }
-        context = CliContext(
+        self._context = CliContext(
             settings.binary, request.work_dir, env, stop, settings.interrupt_grace, self._log_line
         )
-        self.cli = Cli(context)
+        self.cli = Cli(self._context)
+        self.installs: list[InstallRecord] = []
+        self.cache_bytes: dict[str, int] = {}
         self.on_progress = on_progress
         self.observer = StepObserver(None, self._report)
         self.log = log.bind(pulumi_stack=request.stack, operation=operation)
@@ -117,6 +151,40 @@ class Attempt:
 
     # phases ------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Install the program's dependencies and plugins; hold them until the block ends.
+
+        Dependencies come from the installer's cache when an unchanged program installed
+        them before (nothing runs then); the CLI and the program then use them (links in
+        the program's directory, variables). Plugins the program needs are installed
+        unless a marker says they are (``reconcile.runner.deps.plugins``). Raises
+        ``StepFailedError`` (``DEPENDENCIES_INVALID``, ``DEPENDENCIES_FAILED``,
+        ``INTERRUPTED``, or the project's ``PROGRAM_INVALID``).
+        """
+        project = self.project
+        self._make_home()
+        context = self._context
+        tools = Tools(self.cli.environment(), context.stop, context.grace, self._log_line)
+        with contextlib.ExitStack() as held:
+            try:
+                prepared = held.enter_context(
+                    self.settings.installer.prepared(project, tools, self._installing)
+                )
+                self._activate(prepared)
+                self._plugins(prepared)
+            except DependencyError as err:
+                if err.record is not None:
+                    self.installs.append(err.record)
+                kind = _PERMANENT_KINDS[err.permanence]
+                raise StepFailedError("install", kind, self.scrubber.scrub(err.message)) from err
+            except (ToolStoppedError, OSError) as err:
+                stopped = isinstance(err, ToolStoppedError) or self._context.stop.is_set()
+                kind = ErrorKind.INTERRUPTED if stopped else ErrorKind.DEPENDENCIES_FAILED
+                message = f"installing dependencies: {err}"
+                raise StepFailedError("install", kind, message) from err
+            yield
+
     def open_stack(self, *, create: bool) -> None:
         """Check the project, make the Stack's home, then select (or create) the stack.
 
@@ -126,9 +194,7 @@ class Attempt:
         self.log.info("Starting pulumi operation", request=repr(self.request))
         _ = self.project  # fail early, before any CLI call
         with self._phase("select"):
-            store = self.settings.plugin_home.absolute()
-            if self.home != store:
-                make_home(self.home, store / PLUGINS_DIR)
+            self._make_home()
             if self.known.known():
                 self.assumed = True
                 return
@@ -264,6 +330,8 @@ class Attempt:
             permalink=_permalink(stdout),
             started=self.started,
             ended=_now(),
+            installs=tuple(self.installs),
+            cache_bytes=dict(self.cache_bytes),
         )
         self.log.info("Pulumi operation succeeded", changes=outcome.resource_changes)
         return outcome
@@ -282,11 +350,85 @@ class Attempt:
             permalink=_permalink(last.stdout if last else ""),
             started=self.started,
             ended=_now(),
+            installs=tuple(self.installs),
+            cache_bytes=dict(self.cache_bytes),
         )
         self.log.warning("Pulumi operation failed", phase=failure.phase, error=str(outcome.error))
         return outcome
 
     # helpers -----------------------------------------------------------------------------
+
+    def _make_home(self) -> None:
+        """Create the Stack's home, its ``plugins`` a link to the shared store."""
+        if self.home != self.settings.plugin_home.absolute():
+            make_home(self.home, self.settings.plugin_store)
+
+    def _installing(self, what: str, since: datetime) -> None:
+        self._report(Progress("install", 0, 0, 0, what, since))
+
+    def _activate(self, prepared: Prepared) -> None:
+        """Make every later CLI call (and the program) use the installed dependencies."""
+        activation = prepared.activation
+        env = {**self._context.env, **activation.env}
+        if activation.path:
+            rest = env.get("PATH") or inherited_env().get("PATH") or os.defpath
+            env["PATH"] = os.pathsep.join([*activation.path, rest])
+        self._context = dataclasses.replace(self._context, env=env)
+        self.cli = Cli(self._context)
+        if prepared.usage is not None:
+            self.cache_bytes |= {
+                "environments": prepared.usage.environments,
+                "downloads": prepared.usage.downloads,
+            }
+        self.installs.extend(prepared.records)
+
+    def _plugins(self, prepared: Prepared) -> None:
+        """Install the plugins the program needs, unless they are known to be there.
+
+        Only for programs whose dependencies were installed, or that have none to install
+        (YAML); for others the engine acquires missing plugins itself.
+        """
+        project = self.project
+        if prepared.plan is None and project.runtime != "yaml":
+            return
+        checks = PluginChecks(
+            self.settings.installer.store.root / "plugin-checks", self.settings.plugin_store
+        )
+        key = prepared.plan.key if prepared.plan else project_key(project)
+        started = time.monotonic()
+        if checks.satisfied(key):
+            self.installs.append(
+                InstallRecord("plugins", PLUGIN_TOOL, hit=True, seconds=time.monotonic() - started)
+            )
+            return
+        try:
+            with ticking(f"installing plugins ({PLUGIN_TOOL})", self._installing):
+                self.cli.run(["install", "--no-dependencies"])
+        except CliError as err:
+            self._plugins_failed(err, time.monotonic() - started)
+            return
+        except CliStoppedError as err:
+            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+        checks.record(key)
+        self.installs.append(
+            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=time.monotonic() - started)
+        )
+        self.cache_bytes["plugins"] = disk_usage(self.settings.plugin_store)
+
+    def _plugins_failed(self, err: CliError, seconds: float) -> None:
+        """Raise the failure of the plugin step (an older CLI without it: carry on)."""
+        output = f"{err.result.stderr}\n{err.result.stdout}"
+        if _UNKNOWN_COMMAND.search(output):
+            self.log.info("This CLI has no `pulumi install`; the engine installs plugins")
+            return
+        if self.cli.interrupted:
+            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+        self.installs.append(
+            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=seconds, succeeded=False)
+        )
+        kind = _PERMANENT_KINDS[permanence(output)]
+        text = self.scrubber.scrub(failure_message(f"installing plugins ({PLUGIN_TOOL})", output))
+        raise StepFailedError("plugins", kind, text) from err
 
     def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Result:
         """Run an engine operation with its events followed and observed."""

@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 from typing import Any, get_args
 
-from reconcile.runner.types import ErrorKind, Operation, Outcome, Progress, Step
+from reconcile.runner.types import ErrorKind, InstallRecord, Operation, Outcome, Progress, Step
 
 PREFIX = "@pulumi-stack-operator "
 MAX_LINE = 4 * 1024 * 1024  # bytes: longer lines are not reports (and are not kept)
@@ -32,6 +32,8 @@ def progress_line(progress: Progress) -> str:
         "failed": progress.resources_failed,
         "current": progress.current,
     }
+    if progress.started is not None:
+        body["started"] = progress.started.isoformat()
     return PREFIX + json.dumps({"progress": body}, separators=(",", ":"))
 
 
@@ -47,6 +49,8 @@ def outcome_line(outcome: Outcome) -> str:
         "permalink": outcome.permalink,
         "started": outcome.started.isoformat(),
         "ended": outcome.ended.isoformat(),
+        "installs": [_install(record) for record in outcome.installs],
+        "cacheBytes": dict(outcome.cache_bytes),
     }
     return PREFIX + json.dumps({"outcome": body}, separators=(",", ":"), default=str)
 
@@ -87,13 +91,39 @@ def _progress(body: dict[str, Any]) -> Progress:
     step = body["step"]
     if step not in get_args(Step):
         raise ValueError(step)
-    current = body.get("current")
+    current, started = body.get("current"), body.get("started")
     return Progress(
         step=step,
         resources_done=_count(body["done"]),
         resources_total=_count(body["total"]),
         resources_failed=_count(body["failed"]),
         current=current if isinstance(current, str) else None,
+        started=_time(started) if started is not None else None,
+    )
+
+
+def _install(record: InstallRecord) -> dict[str, Any]:
+    return {
+        "kind": record.kind,
+        "tool": record.tool,
+        "hit": record.hit,
+        "seconds": round(record.seconds, 3),
+        "succeeded": record.succeeded,
+    }
+
+
+def _installs(value: object) -> tuple[InstallRecord, ...]:
+    if not isinstance(value, list):
+        raise TypeError("installs is a list")
+    return tuple(
+        InstallRecord(
+            kind=str(item["kind"]),
+            tool=str(item["tool"]),
+            hit=bool(item["hit"]),
+            seconds=max(0.0, float(item["seconds"])),
+            succeeded=bool(item.get("succeeded", True)),
+        )
+        for item in value
     )
 
 
@@ -108,6 +138,9 @@ def _outcome(body: dict[str, Any]) -> Outcome:
     if not isinstance(outputs, dict) or not isinstance(changes, dict):
         raise TypeError("outputs and changes are objects")
     permalink = body.get("permalink")
+    cache_bytes = body.get("cacheBytes") or {}
+    if not isinstance(cache_bytes, dict):
+        raise TypeError("cacheBytes is an object")
     return Outcome(
         operation=operation,
         succeeded=bool(body["succeeded"]) and error is ErrorKind.NONE,
@@ -118,6 +151,8 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         permalink=permalink if isinstance(permalink, str) else None,
         started=_time(body["started"]),
         ended=_time(body["ended"]),
+        installs=_installs(body.get("installs") or []),
+        cache_bytes={str(k): _count(v) for k, v in cache_bytes.items()},
     )
 
 

@@ -48,6 +48,25 @@ INHERITED_ENV = frozenset(
         "no_proxy",
         "PULUMI_PYTHON_CMD",
         "PULUMI_SKIP_UPDATE_CHECK",
+        # Where installs find packages and which CAs they trust: an installation's registry
+        # mirrors and proxy CAs, set once on the operator (a Stack's envRefs may override).
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_TRUSTED_HOST",
+        "UV_DEFAULT_INDEX",
+        "UV_INDEX_URL",
+        "UV_EXTRA_INDEX_URL",
+        "NPM_CONFIG_REGISTRY",
+        "npm_config_registry",
+        "YARN_NPM_REGISTRY_SERVER",
+        "GOPROXY",
+        "GOPRIVATE",
+        "GONOSUMDB",
+        "GONOPROXY",
+        "GOSUMDB",
     }
 )
 INHERITED_ENV_PREFIXES = ("LC_",)  # LC_CTYPE, LC_MESSAGES, ...
@@ -140,6 +159,10 @@ class Cli:
         if result.code != 0:
             raise CliError(words, result)
         return result
+
+    def environment(self) -> dict[str, str]:
+        """The whole environment of every command (secrets included: never log it)."""
+        return self._env()
 
     def _env(self) -> dict[str, str]:
         env = {**inherited_env(), **self._context.env, **_FIXED_ENV}

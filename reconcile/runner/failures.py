@@ -13,7 +13,18 @@ from typing import Literal
 from reconcile.runner.types import ErrorKind
 
 # Where a failure happened; decides how an ambiguous CLI error is classified.
-Phase = Literal["project", "select", "config", "refresh", "update", "preview", "destroy", "cancel"]
+Phase = Literal[
+    "project",
+    "install",
+    "plugins",
+    "select",
+    "config",
+    "refresh",
+    "update",
+    "preview",
+    "destroy",
+    "cancel",
+]
 
 # Another update holds the stack: Pulumi Cloud answers 409, self-managed backends name the lock.
 _CONFLICT = re.compile(

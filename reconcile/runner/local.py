@@ -43,6 +43,7 @@ import structlog
 
 from reconcile.runner import locks as backend_locks
 from reconcile.runner.attempt import Attempt, RunnerSettings
+from reconcile.runner.deps import Installer, Store
 from reconcile.runner.failures import StepFailedError
 from reconcile.runner.home import forget_credentials
 from reconcile.runner.project import load_project
@@ -68,6 +69,9 @@ class CliBinary(Protocol):
         ...
 
 
+DEFAULT_CACHE_LIMIT = 10 * 1024**3  # bytes of installed dependencies and downloads
+
+
 class LocalRunner:
     """Runs Pulumi operations for Stacks, one per call; safe to share between threads.
 
@@ -75,25 +79,50 @@ class LocalRunner:
     same stack (or work dir, or ``pulumi_home``) at once. Only ``pulumi_command.command``
     is used. ``pulumi_home`` holds the plugin store every Stack's home links to
     (``plugins``), and is the ``PULUMI_HOME`` of requests without one of their own.
+    Programs' dependencies are installed into ``cache`` (default: ``.cache`` beside
+    ``pulumi_home``), kept under ``cache_limit`` bytes; ``plugin_mirror`` is the URL every
+    plugin is downloaded from (None: each plugin's own source).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - settings, all keyword-only
         self,
         pulumi_command: CliBinary,
         pulumi_home: Path,
         *,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        cache: Path | None = None,
+        cache_limit: int = DEFAULT_CACHE_LIMIT,
+        plugin_mirror: str | None = None,
     ) -> None:
         """Use the CLI of ``pulumi_command``, sharing plugins in ``pulumi_home``."""
         self.pulumi_home = pulumi_home
-        self._settings = RunnerSettings(pulumi_command.command, pulumi_home, interrupt_grace)
+        store = Store((cache or pulumi_home.parent / ".cache").absolute(), cache_limit)
+        self._settings = RunnerSettings(
+            pulumi_command.command,
+            pulumi_home,
+            interrupt_grace,
+            Installer(store),
+            plugin_mirror,
+        )
+
+    @property
+    def dependency_store(self) -> Store:
+        """Where programs' dependencies are installed and cached."""
+        return self._settings.installer.store
+
+    @property
+    def plugin_mirror(self) -> str | None:
+        """The URL plugins are downloaded from (None: each plugin's own source)."""
+        return self._settings.plugin_mirror
 
     def run(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
     ) -> Outcome:
-        """Prepare the stack, optionally refresh, then ``up`` (or ``preview``).
+        """Install, prepare the stack, optionally refresh, then ``up`` (or ``preview``).
 
-        With ``refresh``, an ``up`` is preceded by ``pulumi refresh`` (failing with
+        The program's dependencies and plugins are installed first (or found in the
+        cache; see ``reconcile.runner.deps``) and held until the operation ends. With
+        ``refresh``, an ``up`` is preceded by ``pulumi refresh`` (failing with
         ``REFRESH_CHANGES`` on drift when ``expect_no_refresh_changes``). A preview never
         writes state: it runs ``preview --refresh``, preceded by a preview-only refresh
         when drift must fail it.
@@ -108,7 +137,10 @@ class LocalRunner:
             return attempt.preview() if request.preview else attempt.up()
 
         try:
-            return _again_if_vanished(attempt, phases)
+            with attempt.installed():
+                return _again_if_vanished(attempt, phases)
+        except StepFailedError as failure:  # from installing, before any phase ran
+            return attempt.failed(failure)
         finally:
             forget_credentials(attempt.home)
 

@@ -47,6 +47,7 @@ from urllib3.response import BaseHTTPResponse
 from reconcile.runner import podspec
 from reconcile.runner.channel import MAX_LINE, parse_line
 from reconcile.runner.job import RunJob
+from reconcile.runner.podspec import RunCaching
 from reconcile.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     ErrorKind,
@@ -127,13 +128,19 @@ class PodRunner:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         poll: float = 1.0,
         metrics: PodMetrics | None = None,
+        caching: RunCaching | None = None,
     ) -> None:
-        """Create pods of ``image`` through ``api_client``; look at them every ``poll`` s."""
+        """Create pods of ``image`` through ``api_client``; look at them every ``poll`` s.
+
+        ``caching`` says which claim of a Stack's namespace its run pods mount as their
+        dependency cache (when it exists), its limit and the plugin mirror.
+        """
         self._api = api_client
         self._core = client.CoreV1Api(api_client)
         self.image = image
         self._grace, self._start_timeout, self._poll = interrupt_grace, start_timeout, poll
         self._metrics: PodMetrics = metrics or _NoMetrics()
+        self.caching = caching or RunCaching()
 
     def run(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
@@ -223,7 +230,14 @@ class PodRunner:
         stop: threading.Event,
         started: datetime,
     ) -> Outcome:
-        manifest = podspec.run_pod(job, operation, image=self.image, grace=self._grace)
+        manifest = podspec.run_pod(
+            job,
+            operation,
+            image=self.image,
+            grace=self._grace,
+            caching=self.caching,
+            cached=self.has_cache_claim(job.namespace),
+        )
         try:
             created = self._core.create_namespaced_pod(
                 job.namespace,
@@ -288,6 +302,24 @@ class PodRunner:
         return None
 
     # API calls ----------------------------------------------------------------------------
+
+    def has_cache_claim(self, namespace: str) -> bool:
+        """Whether ``namespace`` has the cache claim (False when it cannot be read)."""
+        if not self.caching.claim:
+            return False
+        try:
+            self._core.read_namespaced_persistent_volume_claim(
+                self.caching.claim, namespace, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as err:
+            if err.status != 404:
+                log.warning(
+                    "Cannot read the cache claim; running without it",
+                    claim=self.caching.claim,
+                    status=err.status,
+                )
+            return False
+        return True
 
     def read(self, job: RunJob) -> Pod | None:
         """The Stack's run pod, or None when there is none."""

@@ -18,11 +18,16 @@ Guarantees of ``run_pod``:
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
+* ``RunCaching``: when the namespace has the cache claim, the run container (not the
+  checkout) mounts it at ``CACHE_MOUNT`` and the agent keeps the program's installed
+  dependencies, download caches and plugins there (``PSO_CACHE_DIR``), bounded by
+  ``PSO_CACHE_LIMIT`` bytes; ``PSO_PLUGIN_MIRROR`` is where plugins are downloaded from.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from reconcile.runner.job import RunJob, SecretEnv
@@ -41,7 +46,23 @@ ANNOTATION_GENERATION = "pulumi-stack-operator.dev/generation"
 ANNOTATION_COMMIT = "pulumi-stack-operator.dev/commit"
 ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
+CACHE_VOLUME = "pulumi-cache"
+CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.workspace)
 _NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
+
+
+@dataclass(frozen=True)
+class RunCaching:
+    """How run pods cache what they install.
+
+    ``claim``: the PersistentVolumeClaim of a Stack's namespace mounted as the cache when it
+    exists ("": never); ``limit``: bytes the cache may hold before eviction; ``mirror``: the
+    URL plugins are downloaded from (None: their own).
+    """
+
+    claim: str = "pulumi-cache"
+    limit: int = 10 * 1024**3
+    mirror: str | None = None
 
 
 def pod_name(stack_name: str) -> str:
@@ -53,19 +74,44 @@ def pod_name(stack_name: str) -> str:
     return f"{stack_name[:44].rstrip('-.')}-pulumi-{digest}"
 
 
-def run_pod(job: RunJob, operation: str, *, image: str, grace: float) -> dict[str, Any]:
+def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
+    job: RunJob,
+    operation: str,
+    *,
+    image: str,
+    grace: float,
+    caching: RunCaching | None = None,
+    cached: bool = False,
+) -> dict[str, Any]:
     """The manifest of the pod that runs ``operation`` for ``job`` (see the module doc).
 
     ``image`` is used unless the Stack names its own; ``grace`` is the seconds the pod has
-    between SIGTERM (the operator interrupting the run) and SIGKILL.
+    between SIGTERM (the operator interrupting the run) and SIGKILL. ``cached``: the
+    namespace has ``caching.claim``, which the run container mounts.
     """
     template = job.template()
+    spec = _pod_spec(job, operation, template, image, grace)
+    _add_caching(spec, caching or RunCaching(claim=""), cached=cached)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(job, operation, template),
-        "spec": _pod_spec(job, operation, template, image, grace),
+        "spec": spec,
     }
+
+
+def _add_caching(spec: dict[str, Any], caching: RunCaching, *, cached: bool) -> None:
+    """Mount the cache claim into the run container and tell the agent about it."""
+    container = spec["containers"][0]
+    env = [{"name": "PSO_CACHE_LIMIT", "value": str(caching.limit)}]
+    if caching.mirror:
+        env.append({"name": "PSO_PLUGIN_MIRROR", "value": caching.mirror})
+    if cached and caching.claim:
+        env.append({"name": "PSO_CACHE_DIR", "value": CACHE_MOUNT})
+        claim = {"claimName": caching.claim}
+        spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+        container["volumeMounts"].append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT})
+    container["env"] = [*env, *container["env"]]
 
 
 def _metadata(job: RunJob, operation: str, template: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -25,12 +26,23 @@ _NUMBER_STARTS = frozenset("0123456789+-.")  # where YAML 1.2 may see a number
 
 @dataclass(frozen=True)
 class Project:
-    """What the runner needs of a project file."""
+    """What the runner needs of a project file.
+
+    ``runtime`` is the language (``nodejs``, ``python``, ``yaml``, ``go``, …) and
+    ``options`` its ``runtime.options`` (``{}`` when the runtime is a plain string).
+    """
 
     name: str
     backend_url: str | None
     path: Path  # the project file
     stack_config_dir: str  # where stack settings files are, relative to the project file
+    runtime: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> Path:
+        """The project's directory: where the program and its dependency files are."""
+        return self.path.parent
 
 
 def load_project(work_dir: Path) -> Project:
@@ -55,12 +67,30 @@ def load_project(work_dir: Path) -> Project:
     url = backend.get("url") if isinstance(backend, dict) else None
     # A string ``config`` is the old name of ``stackConfigDir`` (the CLI reads it as such).
     config_dir = data.get("stackConfigDir") or data.get("config")
+    runtime, options = _runtime(data["runtime"], path)
     return Project(
         name=str(data["name"]),
         backend_url=str(url) if url else None,
         path=path,
         stack_config_dir=config_dir if isinstance(config_dir, str) else "",
+        runtime=runtime,
+        options=options,
     )
+
+
+def _runtime(value: object, path: Path) -> tuple[str, dict[str, Any]]:
+    """``runtime: nodejs`` or ``runtime: {name: nodejs, options: {…}}``, as the CLI reads it."""
+    if isinstance(value, str):
+        return value, {}
+    name = value.get("name") if isinstance(value, dict) else None
+    options = value.get("options") if isinstance(value, dict) else None
+    if not isinstance(name, str) or not name or not isinstance(options, dict | None):
+        raise StepFailedError(
+            "project",
+            ErrorKind.PROGRAM_INVALID,
+            f"{path.name}: runtime must be a name or a mapping with a name and options",
+        )
+    return name, dict(options or {})
 
 
 def qualifier(project: str) -> Callable[[str], str]:

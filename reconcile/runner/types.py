@@ -13,7 +13,7 @@ from typing import Any, Literal
 from reconcile.runner.job import RunJob
 
 Operation = Literal["up", "preview", "refresh", "destroy"]
-Step = Literal["refresh", "update", "preview", "destroy"]
+Step = Literal["install", "refresh", "update", "preview", "destroy"]
 
 MASK = "[secret]"  # what replaces a secret value
 MESSAGE_LIMIT = 4096  # UTF-8 bytes of Outcome.message
@@ -40,6 +40,13 @@ class ErrorKind(enum.StrEnum):
     bad credentials or passphrase, invalid config key): retry with backoff."""
     INTERRUPTED = "Interrupted"
     """``stop`` was set: the CLI was interrupted or never started."""
+    DEPENDENCIES_FAILED = "DependenciesFailed"
+    """Installing the program's dependencies or plugins failed and may work later (a
+    registry or mirror did not answer, or the cause is unknown): retry with backoff."""
+    DEPENDENCIES_INVALID = "DependenciesInvalid"
+    """The program's dependencies can never install as written (a lockfile out of step
+    with its manifest, a version or plugin that does not exist, a toolchain the image does
+    not have): wait for a change."""
     RUNNER_FAILED = "RunnerFailed"
     """The run's pod ended without an outcome (deleted, evicted, OOM-killed, past its
     deadline) or could not start (image pull, missing Secret): retry with backoff; the
@@ -126,7 +133,9 @@ class Progress:
 
     Counts exclude provider resources, like Pulumi's own change summary. ``resources_total``
     is the best known total: the steps started so far, or the summary's count once the
-    engine sent it. ``current`` is ``"<op> <urn>"`` of the latest step that started.
+    engine sent it. ``current`` is ``"<op> <urn>"`` of the latest step that started; for
+    the ``install`` step (before the engine runs), what is being installed
+    (``installing dependencies (npm ci)``), with ``started`` the time it started (aware).
     """
 
     step: Step
@@ -134,9 +143,26 @@ class Progress:
     resources_total: int
     resources_failed: int
     current: str | None
+    started: datetime | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass(frozen=True, slots=True)
+class InstallRecord:
+    """One dependency or plugin step of a run, as the metrics count it.
+
+    ``kind`` is the runtime (``nodejs``, ``python``, ``go``) or ``plugins``; ``tool`` what
+    ran or would have run (``npm ci``); ``hit`` says the cache had it (nothing ran);
+    ``seconds`` is the time the step took (a hit's is the lookup's).
+    """
+
+    kind: str
+    tool: str
+    hit: bool
+    seconds: float
+    succeeded: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +174,10 @@ class Outcome:
     it is empty or a short note. ``outputs`` are the stack outputs after a successful
     ``up`` (``"[secret]"`` for secret ones and ones holding a secret value), else empty.
     ``resource_changes`` counts steps by operation (``{"create": 1, "same": 3}``), also for
-    a failed or previewed operation. Times are aware UTC.
+    a failed or previewed operation. Times are aware UTC. ``installs`` are the dependency
+    and plugin steps that ran or hit their cache; ``cache_bytes`` what the dependency
+    cache held after an install (``environments``, ``downloads``, ``plugins``), empty when
+    it was not measured.
     """
 
     operation: Operation
@@ -160,6 +189,8 @@ class Outcome:
     permalink: str | None
     started: datetime
     ended: datetime
+    installs: tuple[InstallRecord, ...] = ()
+    cache_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 def failed_outcome(operation: str, error: ErrorKind, message: str, started: datetime) -> Outcome:

@@ -17,9 +17,10 @@ Refused on purpose: whatever would weaken the run pod or fight the runner: host 
 security contexts, init or extra containers, the ``pulumi`` container's command, args, image
 and securityContext, a ServiceAccount in the pod template (use ``spec.serviceAccountName``),
 volume types the restricted/baseline Pod Security Standard forbids (``hostPath``...), the
-runner's volumes (``workspace``, ``tmp``), mount paths (``/``, ``/workspace``, ``/tmp`` and
-below) and variables (``PSO_*``, ``HOME``, ``PULUMI_HOME``). An unknown key is refused at
-every level, and the message lists the supported ones. An env ``value`` may be "" (an
+runner's volumes (``workspace``, ``tmp``, ``pulumi-cache``), mount paths (``/``,
+``/workspace``, ``/tmp``, ``/pulumi-cache`` and below) and variables (``PSO_*``, ``HOME``,
+``PULUMI_HOME``). An unknown key is refused at every level, and the message lists the
+supported ones. An env ``value`` may be "" (an
 explicitly empty variable); elsewhere empty means unset.
 
 Left to others: the pod runner builds and runs the pod; the local runner ignores both fields;
@@ -68,8 +69,8 @@ _MAX_LABEL = 63
 
 _RESERVED_ENV: Final = frozenset({"HOME", "PULUMI_HOME", "TMPDIR"})
 _RESERVED_ENV_PREFIX: Final = "PSO_"
-_RESERVED_VOLUMES: Final = frozenset({"workspace", "tmp"})
-_RESERVED_MOUNTS: Final = frozenset({"workspace", "tmp"})  # first components under /
+_RESERVED_VOLUMES: Final = frozenset({"workspace", "tmp", "pulumi-cache"})
+_RESERVED_MOUNTS: Final = frozenset({"workspace", "tmp", "pulumi-cache"})  # under /
 
 _NO_HINTS: Final[Mapping[str, str]] = MappingProxyType({})
 _POD_SECURITY: Final = "refused: the runner owns the run pod's security"
@@ -593,7 +594,10 @@ def _volume(raw: object, path: FieldPath) -> dict[str, Any]:
         problem = f"{name!r} is not a volume name: use a DNS label (lowercase, digits, -)"
         raise SpecError(path / "name", problem)
     if name in _RESERVED_VOLUMES:
-        problem = f"{name!r} is reserved by the runner (workspace, tmp): choose another name"
+        problem = (
+            f"{name!r} is reserved by the runner (workspace, tmp, pulumi-cache): "
+            "choose another name"
+        )
         raise SpecError(path / "name", problem)
     kinds = sorted(key for key in volume if key in _VOLUME_TYPES)
     if len(kinds) != 1:
@@ -659,6 +663,9 @@ def _mount_path(raw: str, path: FieldPath) -> str:
     if not raw.startswith("/") or ".." in parts:
         raise SpecError(path, "must be an absolute path without .. components")
     if not parts or parts[0] in _RESERVED_MOUNTS:
-        problem = "/workspace and /tmp (and / above them) are the runner's: mount elsewhere"
+        problem = (
+            "/workspace, /tmp and /pulumi-cache (and / above them) are the runner's: "
+            "mount elsewhere"
+        )
         raise SpecError(path, problem)
     return "/" + "/".join(parts)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
+from pulumi_stack_operator.pulumi_cli import PulumiCli
 
 JOB = {
     "repo": "https://git.example/repo.git",
@@ -65,3 +67,23 @@ def test_an_unknown_operation_is_refused(operation: str) -> None:
     """Only up, preview and destroy."""
     with pytest.raises(ValueError, match="PSO_OPERATION"):
         AgentJob.from_environment(environment(PSO_OPERATION=operation))
+
+
+def test_the_run_caches_on_the_namespaces_volume_when_the_pod_mounts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PSO_CACHE_DIR: dependencies, downloads and plugins there; else in the workspace."""
+    monkeypatch.setattr(agent, "pulumi_command", lambda: PulumiCli("/usr/bin/true"))
+    monkeypatch.setattr(agent, "WORKSPACE", tmp_path / "workspace")
+    volume = tmp_path / "volume"
+    cached = agent.local_runner(
+        {"PSO_CACHE_DIR": str(volume), "PSO_CACHE_LIMIT": "1024", "PSO_PLUGIN_MIRROR": "http://m"}
+    )
+    assert cached.pulumi_home == volume / "pulumi-home"
+    assert cached.dependency_store.root == volume / "dependencies"
+    assert cached.dependency_store.limit == 1024
+    assert cached.plugin_mirror == "http://m"
+    alone = agent.local_runner({})
+    assert alone.pulumi_home == tmp_path / "workspace" / ".pulumi-home"
+    assert alone.dependency_store.root == tmp_path / "workspace" / ".cache"
+    assert alone.plugin_mirror is None

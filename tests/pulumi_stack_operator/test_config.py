@@ -75,6 +75,19 @@ def test_the_runner_is_local_by_default_and_named_by_flag_or_variable() -> None:
     assert parse_config(["--run-image=reg/x:1"], {}).run_image == "reg/x:1"
 
 
+def test_dependency_cache_and_plugin_mirror_flags() -> None:
+    """Sizes as Kubernetes quantities; a mirror URL and a claim name as given ("" for none)."""
+    default = parse_config([], {})
+    assert default.dependency_cache_size == 10 * 1024**3
+    assert (default.plugin_mirror, default.run_cache_claim) == (None, "pulumi-cache")
+    sizes = {"500Mi": 500 * 1024**2, "2G": 2 * 1000**3, "0": 0, "1024": 1024, "1Ti": 1024**4}
+    for given, size in sizes.items():
+        assert parse_config([f"--dependency-cache-size={given}"], {}).dependency_cache_size == size
+    env = {"PSO_PLUGIN_MIRROR": "https://mirror.example/plugins", "PSO_RUN_CACHE_CLAIM": ""}
+    cfg = parse_config([], env)
+    assert (cfg.plugin_mirror, cfg.run_cache_claim) == ("https://mirror.example/plugins", "")
+
+
 def test_every_flag_is_documented_in_help() -> None:
     """Each flag has help text that states its default."""
     parser = build_parser()
@@ -128,6 +141,18 @@ def test_help_is_the_operators() -> None:
         pytest.param(["--update-retry-base=0"], {}, "must be greater than 0", id="retry-base"),
         pytest.param(["--max-update-failures=x"], {}, "is not a number", id="max-failures"),
         pytest.param(["--runner=kubernetes"], {}, "invalid choice", id="runner"),
+        pytest.param(["--dependency-cache-size=10GB"], {}, "is not a size", id="cache-size"),
+        pytest.param(
+            ["--plugin-mirror=http://u:p@mirror"],
+            {},
+            "must not hold credentials",
+            id="mirror-creds",
+        ),
+        pytest.param(["--plugin-mirror=ftp://mirror"], {}, "http:// or https://", id="mirror-url"),
+        pytest.param(
+            ["--plugin-mirror=http://mirror/?a=b"], {}, "cannot hold '=' or ','", id="mirror-eq"
+        ),
+        pytest.param(["--run-cache-claim=Cache_1"], {}, "PersistentVolumeClaim", id="claim"),
         pytest.param([], {"PSO_RUNNER": "remote"}, "invalid choice", id="env-runner"),
     ],
 )

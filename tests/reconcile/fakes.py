@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import datetime
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from controller.clock import FakeClock
 from controller.reconciler import TransientError
 from reconcile.context import Mutation
 from reconcile.refs import MissingSecretError
-from reconcile.runner import ErrorKind, Outcome, Progress, UpdateRequest
+from reconcile.runner import ErrorKind, InstallRecord, Outcome, Progress, UpdateRequest
 from reconcile.source import GitCredentials, ProgramDirError, SourceError
 from reconcile.spec import ResourceRef
 from status.writer import StatusTooLargeError
@@ -167,6 +167,8 @@ class FakeMetrics:
         """Nothing observed yet."""
         self.updates: list[tuple[str, str]] = []
         self.reconciles: list[str] = []
+        self.installs: list[tuple[InstallRecord, str]] = []
+        self.cache_bytes: dict[tuple[str, str], int] = {}
 
     def observe_update(
         self, operation: str, result: str, seconds: float, changes: Mapping[str, int]
@@ -180,6 +182,13 @@ class FakeMetrics:
         """Keep ``result``."""
         assert seconds >= 0
         self.reconciles.append(result)
+
+    def observe_installs(
+        self, installs: Iterable[InstallRecord], cache_bytes: Mapping[str, int], namespace: str
+    ) -> None:
+        """Keep each step with ``namespace``, and the bytes by (namespace, cache)."""
+        self.installs += [(record, namespace) for record in installs]
+        self.cache_bytes |= {(namespace, cache): size for cache, size in cache_bytes.items()}
 
 
 class FakeSecrets:

@@ -110,9 +110,9 @@ def test_failure_cap_stops_retries_until_something_changes() -> None:
     assert decide(spec(), observe(status, commit="c2"), POLICY).fresh
 
 
-@pytest.mark.parametrize("reason", ["ProgramInvalid", "StackNotFound"])
+@pytest.mark.parametrize("reason", ["ProgramInvalid", "StackNotFound", "DependencyInstallFailed"])
 def test_a_run_that_stalled_is_not_retried_until_something_changes(reason: str) -> None:
-    """ProgramInvalid/StackNotFound from a run: no retry on backoff; a push runs again."""
+    """ProgramInvalid, StackNotFound, a lockfile out of step: no retry on backoff; a push runs."""
     stalled = {"type": "Stalled", "status": "True", "reason": reason, "message": "m"}
     status = {
         "lastUpdate": last(state="failed", failures=1, lastResyncTime="2026-01-01T10:00:00Z"),

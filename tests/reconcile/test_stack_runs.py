@@ -311,6 +311,36 @@ def test_an_invalid_program_stalls_until_a_new_commit(h: Harness) -> None:
     assert h.kstatus() == {"Ready": ("True", "Succeeded")}
 
 
+@reaches(Reason.DEPENDENCY_INSTALL_FAILED)
+def test_dependencies_that_cannot_install_stall_and_a_registry_outage_is_retried(
+    h: Harness,
+) -> None:
+    """A lockfile out of step stalls until a push; an unreachable registry is retried."""
+    h.create()
+    h.runner.then(h.fail(ErrorKind.DEPENDENCIES_INVALID, message="npm ci failed: EUSAGE"))
+    assert h.reconcile() == Result(requeue_after=60)
+    assert h.kstatus() == {
+        "Ready": ("False", "DependencyInstallFailed"),
+        "Stalled": ("True", "DependencyInstallFailed"),
+    }
+    warning = h.events.posted[-1]
+    assert (warning.reason, warning.type_) == ("DependencyInstallFailed", WARNING)
+    h.clock.step(3600)
+    h.reconcile()
+    assert h.runner.operations == ["run"]  # stalled: no retry on backoff
+    h.push()
+    h.runner.then(h.fail(ErrorKind.DEPENDENCIES_FAILED, message="npm ci failed: ECONNREFUSED"))
+    h.reconcile()
+    assert h.kstatus() == {
+        "Ready": ("False", "DependencyInstallFailed"),
+        "Reconciling": ("True", "ProgressingWithRetry"),
+    }
+    h.clock.step(3600)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
 @reaches(Reason.STACK_NOT_FOUND)
 def test_a_missing_local_stack_stalls_a_pinned_stack_for_good(h: Harness) -> None:
     """With useLocalStackOnly and no stack: StackNotFound; a pinned commit is never polled."""

@@ -94,6 +94,16 @@ ROWS: dict[ErrorKind, tuple[Any, ...]] = {
         "False", "RunnerFailed", "RunnerFailed", RETRY, False, WARNING, "backoff", "failed",
         True, True,
     ),
+    # A registry that did not answer: retried like a failed update.
+    ErrorKind.DEPENDENCIES_FAILED: (
+        "False", "DependencyInstallFailed", "DependencyInstallFailed", RETRY, False, WARNING,
+        "backoff", "failed", True, True,
+    ),
+    # A lockfile out of step, a version that does not exist: Stalled until a change.
+    ErrorKind.DEPENDENCIES_INVALID: (
+        "False", "DependencyInstallFailed", "DependencyInstallFailed", None, True, WARNING,
+        "poll", "failed", True, False,
+    ),
 }  # fmt: skip
 JUDGED = [kind for kind in ErrorKind if kind is not ErrorKind.DETACHED]
 """``DETACHED`` is never judged: the run goes on, nothing is concluded (see below)."""

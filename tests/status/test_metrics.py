@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.cache import ObjectKey
+from reconcile.runner import InstallRecord
 from status import conditions as c
 from status.conditions import Reason
 from status.metrics import MetricsHandler, StackMetrics
@@ -114,12 +115,13 @@ def test_duration_histograms_reach_hours_and_count_each_observation_once() -> No
     registry = CollectorRegistry()
     metrics = StackMetrics(registry)
     metrics.observe_reconcile("success", 5400.0)
+    durations = ("pulumi_stack_reconcile_duration_seconds", "pulumi_stack_update_duration_seconds")
     histograms = [
         family
         for family in text_string_to_metric_families(generate_latest(registry).decode())
-        if family.type == "histogram"
+        if family.type == "histogram" and family.name in durations
     ]
-    assert len(histograms) == 2  # reconcile and update durations
+    assert len(histograms) == 2
     for family in histograms:
         bounds = sorted(float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket"))
         finite = [b for b in bounds if b != float("inf")]
@@ -190,3 +192,35 @@ def test_a_restricted_scrape_of_one_family_gets_every_stacks_series() -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert list(families) == ["pulumi_stack_condition"]
     assert len(families["pulumi_stack_condition"].samples) == 2 * 9
+
+
+def test_dependency_installs_count_hits_and_misses_and_time_the_misses() -> None:
+    """A hit counts, a miss counts and is timed by result; the cache's bytes by trust domain."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry)
+    for kind in ("nodejs", "python", "go", "plugins"):
+        assert (
+            registry.get_sample_value("pulumi_stack_dependency_cache_hits_total", {"kind": kind})
+            == 0
+        )
+    steps = [
+        InstallRecord("nodejs", "npm ci", hit=False, seconds=42.0),
+        InstallRecord("plugins", "pulumi install", hit=True, seconds=0.01),
+        InstallRecord(
+            "python", "pip install -r requirements.txt", hit=False, seconds=3.0, succeeded=False
+        ),
+    ]
+    metrics.observe_installs(steps, {"environments": 1000, "downloads": 20}, "team-a")
+    metrics.observe_installs([steps[0]], {"environments": 2000}, "")
+    value = registry.get_sample_value
+    assert value("pulumi_stack_dependency_cache_misses_total", {"kind": "nodejs"}) == 2
+    assert value("pulumi_stack_dependency_cache_hits_total", {"kind": "plugins"}) == 1
+    assert value("pulumi_stack_dependency_cache_hits_total", {"kind": "nodejs"}) == 0
+    count = "pulumi_stack_dependency_install_duration_seconds_count"
+    assert value(count, {"kind": "nodejs", "result": "succeeded"}) == 2
+    assert value(count, {"kind": "python", "result": "failed"}) == 1
+    assert value(count, {"kind": "plugins", "result": "succeeded"}) == 0  # hits are not timed
+    gauge = "pulumi_stack_dependency_cache_bytes"
+    assert value(gauge, {"namespace": "team-a", "cache": "environments"}) == 1000
+    assert value(gauge, {"namespace": "team-a", "cache": "downloads"}) == 20
+    assert value(gauge, {"namespace": "", "cache": "environments"}) == 2000

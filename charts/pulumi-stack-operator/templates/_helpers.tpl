@@ -64,6 +64,10 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+# The pod runner: whether a Stack's namespace has the cache claim its run pods mount.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   # patch raises the count of a repeated Event.

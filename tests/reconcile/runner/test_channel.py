@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reconcile.runner import ErrorKind, Outcome, Progress
+from reconcile.runner import ErrorKind, InstallRecord, Outcome, Progress
 from reconcile.runner.channel import PREFIX, fitted, outcome_line, parse_line, progress_line
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -35,6 +35,22 @@ def test_progress_and_outcome_round_trip() -> None:
     progress = Progress("update", 3, 7, 1, "create urn:pulumi:dev::p::x")
     assert parse_line(progress_line(progress)) == progress
     for sent in (outcome(), outcome(succeeded=False, error=ErrorKind.UPDATE_FAILED, message="x")):
+        assert parse_line(outcome_line(sent)) == sent
+
+
+def test_installs_and_their_cache_come_back_from_the_pod() -> None:
+    """The install step's progress (with its start) and the outcome's installs and bytes."""
+    installing = Progress("install", 0, 0, 0, "installing dependencies (npm ci)", T0)
+    assert parse_line(progress_line(installing)) == installing
+    installs = (
+        InstallRecord("nodejs", "npm ci", hit=False, seconds=41.5),
+        InstallRecord("plugins", "pulumi install", hit=True, seconds=0.002, succeeded=True),
+    )
+    failed = InstallRecord("python", "pip", hit=False, seconds=3.0, succeeded=False)
+    for sent in (
+        outcome(installs=installs, cache_bytes={"environments": 10, "plugins": 7}),
+        outcome(succeeded=False, error=ErrorKind.DEPENDENCIES_INVALID, installs=(failed,)),
+    ):
         assert parse_line(outcome_line(sent)) == sent
 
 

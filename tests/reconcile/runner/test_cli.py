@@ -15,6 +15,7 @@ import pytest
 from pulumi_stack_operator.pulumi_cli import pulumi_command
 from reconcile.runner import LocalRunner, UpdateRequest
 from reconcile.runner.cli import INHERITED_ENV
+from reconcile.runner.deps.downloads import VARIABLES as DOWNLOAD_VARIABLES
 from testbed.pulumi_env import PulumiEnv
 from tests.conftest import PROGRAMS
 from tests.reconcile.runner.support import STACK, run, succeeded
@@ -75,7 +76,7 @@ def test_programs_see_the_allow_listed_environment_and_the_requests_only(
     assert {name: seen[name] for name in INHERITED} == INHERITED
     assert seen["REQUEST_VAR"] == "r42"
     assert seen["HOME"] == seen["PULUMI_HOME"] == str(home)
-    ours = {"HOME", "PULUMI_HOME", *request.env}
+    ours = {"HOME", "PULUMI_HOME", *request.env, *DOWNLOAD_VARIABLES}  # the installs' caches
     leaked = [
         name
         for name in outcome.outputs["envNames"]

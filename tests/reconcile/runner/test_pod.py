@@ -85,6 +85,7 @@ class FakePods:
         self.status: dict[str, Any] = {"phase": "Running", "containerStatuses": [running()]}
         self.on_log: Any = None
         self.on_create: Any = None
+        self.claims: set[str] = set()  # PersistentVolumeClaims the namespace has
 
     def create_namespaced_pod(
         self, namespace: str, body: dict[str, Any], **kwargs: Any
@@ -101,6 +102,15 @@ class FakePods:
         if self.on_create is not None:
             self.on_create()
         return pod
+
+    def read_namespaced_persistent_volume_claim(
+        self, name: str, namespace: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        """A claim of ``claims``; 404 for any other."""
+        del namespace, kwargs
+        if name not in self.claims:
+            raise ApiException(status=404, reason="NotFound")
+        return {"metadata": {"name": name}}
 
     def read_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
         """The pod; 404 when there is none."""
@@ -146,6 +156,20 @@ def test_a_run_reports_progress_and_its_outcome_and_the_pod_goes() -> None:
     assert seen == [step]
     assert [p["metadata"]["name"] for p in pods.created] == ["web-pulumi"]
     assert pods.deleted == ["web-pulumi"]
+
+
+def test_the_namespaces_cache_claim_is_mounted_only_when_it_exists() -> None:
+    """The claim ``--run-cache-claim`` names is looked up in the Stack's namespace."""
+    pods = FakePods()
+    pods.log = [outcome_line(DONE)]
+    runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    pods.claims.add("pulumi-cache")
+    runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    without, with_claim = (p["spec"]["volumes"] for p in pods.created)
+    assert all(v["name"] != "pulumi-cache" for v in without)
+    assert {"name": "pulumi-cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}} in (
+        with_claim
+    )
 
 
 def test_a_container_that_cannot_start_is_runner_failed_with_the_kubelets_reason() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reconcile.runner import RunJob, SecretEnv
-from reconcile.runner.podspec import AGENT_COMMAND, pod_name, run_pod
+from reconcile.runner.podspec import AGENT_COMMAND, RunCaching, pod_name, run_pod
 
 
 def job(**fields: Any) -> RunJob:
@@ -127,3 +127,32 @@ def test_only_the_checkout_container_has_the_git_credentials() -> None:
     assert "PSO_GIT_0" in names
     assert "PSO_SECRET_0" not in names
     assert "PSO_GIT_0" not in {e["name"] for e in container["env"]}
+
+
+def test_the_namespaces_cache_claim_is_mounted_into_the_run_container_only() -> None:
+    """With the claim: a volume, the run container's mount, and the agent told where."""
+    caching = RunCaching(claim="pulumi-cache", limit=5 * 1024**3, mirror="http://mirror.example")
+    pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=True)
+    spec = pod["spec"]
+    assert {"name": "pulumi-cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}} in (
+        spec["volumes"]
+    )
+    [container] = spec["containers"]
+    assert {"name": "pulumi-cache", "mountPath": "/pulumi-cache"} in container["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PSO_CACHE_DIR"] == "/pulumi-cache"
+    assert env["PSO_CACHE_LIMIT"] == str(5 * 1024**3)
+    assert env["PSO_PLUGIN_MIRROR"] == "http://mirror.example"
+    [checkout] = spec["initContainers"]
+    assert all(m["name"] != "pulumi-cache" for m in checkout["volumeMounts"])
+
+
+def test_without_the_claim_the_pod_caches_in_its_own_workspace() -> None:
+    """No claim in the namespace (or none configured): no volume, no PSO_CACHE_DIR."""
+    for caching, cached in ((RunCaching(), False), (RunCaching(claim=""), True)):
+        pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=cached)
+        [container] = pod["spec"]["containers"]
+        names = {e["name"] for e in container["env"]}
+        assert "PSO_CACHE_DIR" not in names
+        assert "PSO_PLUGIN_MIRROR" not in names
+        assert all(v["name"] != "pulumi-cache" for v in pod["spec"]["volumes"])

@@ -969,7 +969,7 @@ INVALID = [
     pytest.param(
         container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/workspace"}]),
         f"{C}.volumeMounts[0].mountPath",
-        "/workspace and /tmp",
+        "/workspace, /tmp and /pulumi-cache",
         id="mount-workspace",
     ),
     pytest.param(
@@ -977,19 +977,19 @@ INVALID = [
             [CACHE], volumeMounts=[{"name": "cache", "mountPath": "/workspace/home/.pulumi"}]
         ),
         f"{C}.volumeMounts[0].mountPath",
-        "/workspace and /tmp",
+        "/workspace, /tmp and /pulumi-cache",
         id="mount-under-workspace",
     ),
     pytest.param(
         container([CACHE], volumeMounts=[{"name": "cache", "mountPath": f"{TMP}/"}]),
         f"{C}.volumeMounts[0].mountPath",
-        "/workspace and /tmp",
+        "/workspace, /tmp and /pulumi-cache",
         id="mount-tmp",
     ),
     pytest.param(
         container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "//tmp/x"}]),
         f"{C}.volumeMounts[0].mountPath",
-        "/workspace and /tmp",
+        "/workspace, /tmp and /pulumi-cache",
         id="mount-under-tmp-double-slash",
     ),
     pytest.param(
