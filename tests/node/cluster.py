@@ -10,7 +10,8 @@ report gets the tail of the node daemons' logs.
 
 Beside it, for every test that runs pods of the operator's image (the node tests, the
 e2e scenarios under ``--runner=pod``): ``image_ref``, the image imported into the node
-once, and ``node_git``, a git server that both this machine and the pods reach.
+once, and ``node_git``, a git server that both this machine and the pods reach; likewise
+``node_plugin_mirror``, the plugin mirror (``testbed.plugin_mirror``) on that address.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from testbed.assets import AssetError
+from testbed.assets import AssetError, cache_root
 from testbed.git_server import GitServer
 from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeBinaries, NodeCluster, missing_host_tools
+from testbed.package_mirror import PackageMirror
+from testbed.plugin_mirror import PluginMirror
+from tests.conftest import kubernetes_provider_or_skip
 
 _clusters: list[NodeCluster] = []
 
@@ -94,3 +98,34 @@ def node_git(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def node_plugin_mirror(request: pytest.FixtureRequest) -> Iterator[PluginMirror]:
+    """The plugin mirror on the host end of the node's network: pods download from it.
+
+    It skips before starting the node cluster when the Kubernetes provider is not built.
+    """
+    plugin = kubernetes_provider_or_skip()
+    cluster: NodeCluster = request.getfixturevalue("node_cluster")
+    mirror = PluginMirror([plugin], host=cluster.host_ip)
+    mirror.start()
+    try:
+        yield mirror
+    finally:
+        mirror.stop()
+
+
+@pytest.fixture(scope="session")
+def node_package_mirror(node_cluster: NodeCluster) -> Iterator[PackageMirror]:
+    """An npm and PyPI mirror on the host end of the node's network (pods have no internet).
+
+    Its upstream answers are cached in the test binaries' cache, so later sessions on this
+    machine need no registry for the packages they already fetched.
+    """
+    mirror = PackageMirror(cache_root() / "package-mirror", host=node_cluster.host_ip)
+    mirror.start()
+    try:
+        yield mirror
+    finally:
+        mirror.stop()

@@ -1,0 +1,240 @@
+"""Users' own programs through the real operator: TypeScript, YAML and Python.
+
+Each program (``testbed/programs/k8s-{ts,yaml,python}``) deploys a Namespace and a ConfigMap
+into the test cluster through the real pulumi-kubernetes provider, which the operator gets
+from a plugin mirror on this machine (``--plugin-mirror``). The programs' kubeconfig is a
+Secret given as the provider's secret config (``kubernetes:kubeconfig``). Under both
+runners (``tests.e2e.beds``):
+
+- ``local``: the session's control plane with kube-controller-manager beside it (so a
+  destroyed Namespace goes away); packages come from the public registries;
+- ``pod``: the node's cluster; run pods have no internet, so packages come through a
+  mirror on the host (``workspaceTemplate.spec.env``), and the namespace has the cache
+  claim ``pulumi-cache`` (a hostPath volume), which its run pods mount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from testbed.git_server import Checkout
+from testbed.node import NodeCluster, deployment
+from testbed.node.deployment import UID
+from testbed.package_mirror import PackageMirror
+from testbed.package_mirror import env as mirror_env
+from testbed.plugin_mirror import PluginMirror
+from testbed.waits import wait_for
+from tests.conftest import PROGRAMS
+from tests.e2e.beds import RUNNERS, Bed
+from tests.e2e.conftest import Operator, Stacks, find
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+both_runners = pytest.mark.parametrize("runner", RUNNERS)
+LANGUAGES = {"ts": "nodejs", "yaml": "plugins", "python": "python"}
+"""Each program and the dependency kind its second run finds in the cache."""
+FIRST_RUN = 900.0  # seconds for a first run: registries, npm ci or pip, the provider
+CACHE_CLAIM = "pulumi-cache"
+
+
+@pytest.fixture
+def bed(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
+    """The bed, with a plugin mirror, and for pods a package mirror and a cache claim."""
+    if bed.runner == "local":
+        request.getfixturevalue("controller_manager")
+        plugins: PluginMirror = request.getfixturevalue("plugin_mirror")
+        yield dataclasses.replace(bed, flags=(*bed.flags, f"--plugin-mirror={plugins.url}"))
+        return
+    plugins = request.getfixturevalue("node_plugin_mirror")
+    packages: PackageMirror = request.getfixturevalue("node_package_mirror")
+    cluster: NodeCluster = request.getfixturevalue("node_cluster")
+    with cache_claim(cluster, bed.namespace, tmp_path / "cache"):
+        yield dataclasses.replace(
+            bed,
+            flags=(*bed.flags, f"--plugin-mirror={plugins.url}"),
+            workspace=with_env(bed.workspace or {}, mirror_env(packages)),
+        )
+
+
+@contextlib.contextmanager
+def cache_claim(cluster: NodeCluster, namespace: str, directory: Path) -> Iterator[None]:
+    """The claim ``pulumi-cache`` in ``namespace`` on a hostPath volume at ``directory``."""
+    directory.mkdir(parents=True)
+    os.chown(directory, UID, UID)
+    volume = f"pulumi-cache-{namespace}"
+    objects = deployment.state_volume(directory, namespace, CACHE_CLAIM, volume)
+    manifest = directory.parent / f"{volume}.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    cluster.kubectl("apply", "-f", str(manifest))
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "pv", volume, "--wait=false")
+
+
+def with_env(workspace: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """``workspace`` (a workspaceTemplate) with ``env`` added to its ``spec.env``."""
+    spec = dict(workspace.get("spec") or {})
+    spec["env"] = [*spec.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
+    return {**workspace, "spec": spec}
+
+
+@dataclasses.dataclass(frozen=True)
+class Repo:
+    """A program's repository on the bed's git server (``url``, the ``checkout`` to push)."""
+
+    url: str
+    checkout: Checkout
+
+
+def push_program(bed: Bed, work: Path, name: str, **changed: str) -> Repo:
+    """A repository whose ``app/`` holds the test program ``name`` (files ``changed``)."""
+    files = {f"app/{p.name}": p.read_text() for p in (PROGRAMS / name).iterdir() if p.is_file()}
+    files |= {f"app/{path}": text for path, text in changed.items()}
+    repo = f"{name}-{secrets.token_hex(3)}"
+    url = bed.git.create_repo(repo)
+    checkout = Checkout(url, work / repo)
+    checkout.commit(files, "program")
+    return Repo(url, checkout)
+
+
+def stack(stacks: Stacks, name: str, repo: Repo, config: dict[str, str]) -> dict[str, Any]:
+    """A Stack of the program in ``repo``, its kubeconfig from the Secret ``kubeconfig``."""
+    kubeconfig = {"type": "Secret", "secret": {"name": "kubeconfig", "key": "value"}}
+    return stacks.manifest(
+        name,
+        repo,  # type: ignore[arg-type]  # has the url a Program has
+        config=config,
+        secretsRef={"kubernetes:kubeconfig": kubeconfig},
+        destroyOnFinalize=True,
+    )
+
+
+def config_map(bed: Bed, namespace: str, name: str = "settings") -> dict[str, str] | None:
+    """The ConfigMap's data in the test cluster; None when it does not exist."""
+    with bed.control_plane.api_client() as api:
+        try:
+            found = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+    return dict(found.data or {})
+
+
+def namespace_gone(bed: Bed, namespace: str) -> bool:
+    """Whether ``namespace`` no longer exists in the test cluster."""
+    with bed.control_plane.api_client() as api:
+        try:
+            client.CoreV1Api(api).read_namespace(namespace)
+        except client.ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+    return False
+
+
+def counter(operator: Operator, family: str, kind: str) -> float:
+    """A dependency counter's value for ``kind`` on the operator's /metrics."""
+    return float(operator.metric(f'{family}{{kind="{kind}"}}') or 0)
+
+
+def install_seen(stacks: Stacks, name: str) -> list[str]:
+    """The install steps the Stack's status showed while it ran (``status.progress``)."""
+    assert stacks.watcher is not None
+    return [
+        str(obj["status"]["progress"]["current"])
+        for obj in stacks.watcher.versions(name)
+        if (obj.get("status") or {}).get("progress", {}).get("step") == "install"
+    ]
+
+
+@both_runners
+@pytest.mark.parametrize("language", list(LANGUAGES))
+def test_a_program_deploys_updates_reports_and_destroys(
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path, language: str
+) -> None:
+    """A program's life: deploy, update from the cache, fail, destroy.
+
+    Ready with outputs; the ConfigMap follows the config; the second run installs nothing
+    (a cache hit counted); a provider error verbatim in Ready's message; destroyOnFinalize
+    removes what it made; no secret leaks (the operator fixture's scan).
+    """
+    stacks.secret("kubeconfig", {"value": bed.control_plane.kubeconfig.read_text()})
+    repo = push_program(bed, tmp_path / "checkouts", f"k8s-{language}")
+    namespace = f"app-{language}-{secrets.token_hex(3)}"
+    stacks.hand_over()
+    stacks.create(stack(stacks, "app", repo, {"namespace": namespace, "content": "one"}))
+    status = stacks.wait_ready("app", FIRST_RUN)["status"]
+    assert status["outputs"] == {"namespace": namespace, "configMap": "settings", "content": "one"}
+    assert config_map(bed, namespace) == {"content": "one"}
+    seen = install_seen(stacks, "app")
+    assert any(step.startswith("installing plugins") for step in seen), seen
+    if language != "yaml":
+        assert any(step.startswith("installing dependencies") for step in seen), seen
+    kind = LANGUAGES[language]
+    hits = counter(operator, "pulumi_stack_dependency_cache_hits_total", kind)
+
+    stacks.patch("app", {"spec": {"config": {"content": "two"}}})
+    assert stacks.wait_ready("app", 300)["status"]["outputs"]["content"] == "two"
+    assert config_map(bed, namespace) == {"content": "two"}
+    assert counter(operator, "pulumi_stack_dependency_cache_hits_total", kind) == hits + 1
+
+    stacks.patch("app", {"spec": {"config": {"configMapName": "Not_A_Name"}}})
+    failed = stacks.wait_reason("app", "Ready", "UpdateFailed", 300)
+    ready = find(failed, "Ready")
+    assert ready is not None
+    assert 'ConfigMap "Not_A_Name" is invalid' in ready["message"], ready["message"]
+    assert "metadata.name: Invalid value" in ready["message"]
+
+    stacks.delete("app")
+    stacks.wait_gone("app", 300)
+    wait_for(lambda: namespace_gone(bed, namespace), f"namespace {namespace} to go", 180)
+    assert_kubeconfig_kept_secret(bed, stacks, operator)
+
+
+def assert_kubeconfig_kept_secret(bed: Bed, stacks: Stacks, operator: Operator) -> None:
+    """The kubeconfig's client key (secret config) is in no status, Event or log line."""
+    config = yaml.safe_load(bed.control_plane.kubeconfig.read_text())
+    key = config["users"][0]["user"]["client-key-data"]
+    assert stacks.watcher is not None
+    versions = [json.dumps(obj) for obj in stacks.watcher.versions("app")]  # every status
+    seen = [operator.log.read_text(), *versions]
+    seen += [str(e.message) for e in stacks.core.list_namespaced_event(stacks.namespace).items]
+    assert not [text for text in seen if key in text or key[:64] in text]
+
+
+@both_runners
+def test_a_lockfile_out_of_step_stalls_the_stack(
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
+) -> None:
+    """package.json names a package its lockfile lacks: Stalled DependencyInstallFailed."""
+    del operator
+    manifest = json.loads((PROGRAMS / "k8s-ts" / "package.json").read_text())
+    manifest["dependencies"]["left-pad"] = "1.3.0"
+    repo = push_program(
+        bed, tmp_path / "checkouts", "k8s-ts", **{"package.json": json.dumps(manifest)}
+    )
+    stacks.secret("kubeconfig", {"value": bed.control_plane.kubeconfig.read_text()})
+    stacks.create(stack(stacks, "broken", repo, {"namespace": "never", "content": "one"}))
+    stalled = stacks.wait_reason("broken", "Stalled", "DependencyInstallFailed", FIRST_RUN)
+    condition = find(stalled, "Stalled")
+    assert condition is not None
+    assert condition["message"].startswith("installing dependencies (npm ci) failed: npm EUSAGE")
+    assert "left-pad" in condition["message"]
+    ready = find(stalled, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "DependencyInstallFailed")
+    assert find(stalled, "Reconciling") is None
+    events = stacks.wait_events("broken", "DependencyInstallFailed")
+    assert {e.type for e in events if e.reason == "DependencyInstallFailed"} == {"Warning"}
