@@ -1,15 +1,16 @@
 """``python -m bench`` (``make bench``): run the benchmarks, print one line each, update the README.
 
-Starts the test bed once, runs the selected benchmarks in a fixed order (the shared fleet of
-idle Stacks only grows: latency 1 → 100 → 1,000, then latency under saturation, start-up and
-idle at 1,000, then memory up to 10,000, then the Pulumi operator v1.16 side by side on
-control planes of their own), prints each summary line on stdout as soon as it is
-known, and progress on stderr. At the end it adds a ``bench=seed`` line (how long creating
-the fleet took) and a ``bench=machine`` line (cores, CPU, Python, date, load averages during
-the run, duration), writes all lines to ``--out``, and, after a full run (every benchmark,
-full scale), rewrites the README's results table through ``bench.readme``. A benchmark that
-fails prints ``bench=<name> error=<ExceptionType>`` and the run goes on; the exit status is
-then 1.
+Starts the test bed once, runs the selected benchmarks in a fixed order (first those with
+namespaces of their own: overhead, programs (whose operator also has a work dir of its own,
+so its caches start cold) and parallel; then the shared fleet of idle Stacks only grows:
+latency 1 → 100 → 1,000, then latency under saturation, start-up and idle at 1,000, then
+memory up to 10,000, then the Pulumi operator v1.16 side by side on control planes of their
+own), prints each summary line on stdout as soon as it is known, and progress on stderr. At
+the end it adds a ``bench=seed`` line (how long creating the fleet took) and a
+``bench=machine`` line (cores, CPU, Python, date, load averages during the run, duration),
+writes all lines to ``--out``, and, after a full run (every benchmark, full scale), rewrites
+the README's results table through ``bench.readme``. A benchmark that fails prints
+``bench=<name> error=<ExceptionType>`` and the run goes on; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bench import (
     overhead,
     parallel,
     peer,
+    programs,
     readme,
     saturation,
     startup,
@@ -46,6 +48,7 @@ from bench.testbed import REPO, TestBed
 Benchmark = Callable[[Context], Summary]
 BENCHMARKS: dict[str, Benchmark] = {
     "overhead": overhead.run,
+    "programs": programs.run,
     "parallel": parallel.run,
     "latency": latency.run,
     "saturation": saturation.run,

@@ -4,11 +4,12 @@
 CLI's directory first on ``PATH``, no update checks or plugin downloads, Python programs run
 with this interpreter, ``/metrics`` and the probes on free loopback ports, its log in a
 file, ``start`` returning once the probe port answers, a port collision retried) set up
-for one benchmark: watching one namespace, work dir and log under the test bed's root, and
-a context manager whose exit never leaves the process running. The bench adds read-outs
-that cost the operator as little as possible: ``/readyz`` is a constant answer, and
-``counter`` asks ``/metrics`` only for the named families (``?name[]=...``), so polling it
-does not render the per-Stack series of a large fleet; and the process's RSS and CPU time.
+for one benchmark: watching one namespace, work dir (shared unless it is given one of its
+own) and log under the test bed's root, and a context manager whose exit never leaves the
+process running. The bench adds read-outs that cost the operator as little as possible:
+``/readyz`` is a constant answer, and ``counter`` asks ``/metrics`` only for the named
+families (``?name[]=...``), so polling it does not render the per-Stack series of a large
+fleet; and the process's RSS and CPU time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,13 +40,19 @@ class OperatorError(RuntimeError):
 class Operator(testbed.Operator, Running):
     """One operator process on the test bed; a context manager that stops it on exit."""
 
-    def __init__(self, bed: TestBed, namespace: str, *flags: str) -> None:
-        """Prepare (not start) an operator watching ``namespace`` with extra ``flags``."""
+    def __init__(
+        self, bed: TestBed, namespace: str, *flags: str, work_dir: Path | None = None
+    ) -> None:
+        """Prepare (not start) an operator watching ``namespace`` with extra ``flags``.
+
+        ``work_dir`` is its ``--work-dir`` (checkouts, Stacks' homes, the plugin store and
+        the dependency cache); by default the one every benchmark's operator shares.
+        """
         super().__init__(
             bed.control_plane.kubeconfig,
             bed.root / "logs" / f"operator-{namespace}-{time.monotonic_ns()}.log",
             namespaces=[namespace],
-            work_dir=bed.root / "work",
+            work_dir=work_dir or bed.root / "work",
             flags=["--shutdown-timeout=10", *flags],
             pulumi_bin=bed.pulumi_bin,
         )

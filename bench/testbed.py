@@ -3,7 +3,8 @@
 ``TestBed.start()`` starts etcd + kube-apiserver (``ControlPlane``, binaries from
 ``testbed.assets``), applies the Stack CRD with ``kubectl apply --server-side``, starts a
 ``git daemon`` and pushes the ``files`` test program (under ``app/``) as one commit, which
-every benchmark Stack pins. Everything lives under one directory, removed by the caller.
+every benchmark Stack pins; ``push`` puts another program into a repository of its own the
+same way. Everything lives under one directory, removed by the caller.
 
 ``namespace(prefix)`` makes a fresh namespace holding the passphrase Secret the Stacks'
 ``envRefs`` point at. The passphrase is the test bed's throw-away one, not a secret.
@@ -54,10 +55,17 @@ class TestBed:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(STACK_CRD))
         kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/stacks.pulumi.com")
         self.git.start()
-        self.repo_url = self.git.create_repo("files")
-        checkout = Checkout(self.repo_url, self.root / "program")
-        sources = {f"app/{p.name}": p.read_text() for p in PROGRAM.iterdir() if p.is_file()}
-        self.commit = checkout.commit(sources, "the files program")
+        self.repo_url, self.commit = self.push(PROGRAM, "files")
+
+    def push(self, program: Path, repo: str) -> tuple[str, str]:
+        """Push ``program``'s files (under ``app/``) as one commit to a new repository ``repo``.
+
+        Returns the repository's clone URL and the commit.
+        """
+        url = self.git.create_repo(repo)
+        checkout = Checkout(url, self.root / "checkouts" / repo)
+        sources = {f"app/{p.name}": p.read_text() for p in program.iterdir() if p.is_file()}
+        return url, checkout.commit(sources, f"the {program.name} program")
 
     def stop(self) -> None:
         """Stop the git server and the control plane."""
