@@ -174,8 +174,17 @@ def test_the_store_is_bounded(
     assert store.usage(measure_downloads=False).environments == outcome.cache_bytes["environments"]
 
 
+@pytest.fixture
+def mirrored(pulumi_env: PulumiEnv, plugin_mirror: PluginMirror, tmp_path: Path) -> LocalRunner:
+    """A runner whose plugins come from ``plugin_mirror``, into an empty plugin store."""
+    return LocalRunner(
+        pulumi_env.command(), tmp_path / "plugins-home", plugin_mirror=plugin_mirror.url
+    )
+
+
 @pytest.mark.integration
 def test_a_missing_plugin_is_installed_from_the_mirror(
+    mirrored: LocalRunner,
     pulumi_env: PulumiEnv,
     copy_program: Callable[[str], Path],
     plugin_mirror: PluginMirror,
@@ -183,9 +192,7 @@ def test_a_missing_plugin_is_installed_from_the_mirror(
     tmp_path: Path,
 ) -> None:
     """A YAML program's provider comes from ``plugin_mirror`` once; the next run skips it."""
-    runner = LocalRunner(
-        pulumi_env.command(), tmp_path / "plugins-home", plugin_mirror=plugin_mirror.url
-    )
+    runner = mirrored
     program = copy_program("k8s-yaml")
     before = len(plugin_mirror.downloads())
     request = dataclasses.replace(
@@ -207,19 +214,13 @@ def test_a_missing_plugin_is_installed_from_the_mirror(
 
 
 def test_a_plugin_version_the_mirror_lacks_stalls_naming_it(
-    pulumi_env: PulumiEnv,
-    copy_program: Callable[[str], Path],
-    plugin_mirror: PluginMirror,
-    tmp_path: Path,
+    mirrored: LocalRunner, pulumi_env: PulumiEnv, copy_program: Callable[[str], Path]
 ) -> None:
     """The provider at 4.24.0 is not on the mirror: the message names the plugin and version."""
-    runner = LocalRunner(
-        pulumi_env.command(), tmp_path / "plugins-home", plugin_mirror=plugin_mirror.url
-    )
     program = copy_program("k8s-yaml")
     project = program / "Pulumi.yaml"
     project.write_text(project.read_text().replace("version: 4.25.0", "version: 4.24.0"))
-    outcome, _ = up(runner, request_for(pulumi_env, program))
+    outcome, _ = up(mirrored, request_for(pulumi_env, program))
     assert outcome.error is ErrorKind.DEPENDENCIES_INVALID
     assert outcome.message.startswith("installing plugins (pulumi install) failed: ")
     assert "kubernetes-4.24.0: 404" in outcome.message.splitlines()[0]
