@@ -178,9 +178,11 @@ def test_a_program_deploys_updates_reports_and_destroys(
     status = stacks.wait_ready("app", FIRST_RUN)["status"]
     assert status["outputs"] == {"namespace": namespace, "configMap": "settings", "content": "one"}
     assert config_map(bed, namespace) == {"content": "one"}
-    seen = install_seen(stacks, "app")
-    assert any(step.startswith("installing plugins") for step in seen), seen
+    # Progress is written at most every 5 s, so only the longer dependency step is sure
+    # to show; the plugin step, often shorter, is seen through its counted miss.
+    assert counter(operator, "pulumi_stack_dependency_cache_misses_total", "plugins") == 1
     if language != "yaml":
+        seen = install_seen(stacks, "app")
         assert any(step.startswith("installing dependencies") for step in seen), seen
     kind = LANGUAGES[language]
     hits = counter(operator, "pulumi_stack_dependency_cache_hits_total", kind)
