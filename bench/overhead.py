@@ -29,6 +29,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,10 +49,10 @@ UPDATE_TIMEOUT = 300.0
 class BareCli:
     """A copy of the program and a stack in it, driven by the plain ``pulumi`` CLI."""
 
-    def __init__(self, bed: TestBed, stack: str) -> None:
-        """Copy the program and make a Pulumi environment on the test bed's backend."""
+    def __init__(self, bed: TestBed, stack: str, program: Path = PROGRAM) -> None:
+        """Copy ``program`` and make a Pulumi environment on the test bed's backend."""
         suffix = secrets.token_hex(3)
-        self.dir = shutil.copytree(PROGRAM, bed.root / f"cli-program-{suffix}")
+        self.dir = shutil.copytree(program, bed.root / f"cli-program-{suffix}")
         home = bed.root / f"cli-home-{suffix}"
         home.mkdir()
         pulumi = PulumiEnv(bin_dir=bed.pulumi_bin, home=home, backend_dir=bed.backend)
@@ -71,11 +72,34 @@ class BareCli:
             raise RuntimeError(msg)
         return took
 
-    def init(self, path: Path) -> None:
-        """Create the stack and its config."""
+    def create(self) -> None:
+        """Create the stack (``pulumi stack init``)."""
         argv = ["pulumi", "stack", "init", self.stack, "--non-interactive"]
         subprocess.run(argv, cwd=self.dir, env=self.env, capture_output=True, check=True)
+
+    def init(self, path: Path) -> None:
+        """Create the stack and its config."""
+        self.create()
         self("config", "set", "path", str(path))
+
+
+Side = Callable[[str], None]
+"""One side of a comparison: makes and times one change to the value it is given."""
+
+
+def alternate(
+    progress: Callable[[str], None], what: str, runs: int, sides: tuple[Side, Side], prefix: str
+) -> None:
+    """``runs`` rounds of both ``sides``, the first going first in odd rounds.
+
+    Each side gets the round's value ``<prefix><round>``; swapping the order makes a drift
+    in the machine's load fall on both sides alike. ``progress`` hears of each round, in a
+    line starting with ``what``.
+    """
+    for index in range(1, runs + 1):
+        progress(f"{what} run {index} of {runs}")
+        for side in sides if index % 2 else reversed(sides):
+            side(f"{prefix}{index}")
 
 
 def run(ctx: Context) -> Summary:
@@ -88,11 +112,9 @@ def run(ctx: Context) -> Summary:
         sides = _Sides(ctx, watch, cli, namespace)
         ctx.progress("overhead: warm-up update on each side")
         sides.warm_up()
-        for index in range(1, ctx.scale.overhead_runs + 1):
-            ctx.progress(f"overhead: run {index} of {ctx.scale.overhead_runs}")
-            order = [sides.operator, sides.cli]
-            for side in order if index % 2 else reversed(order):
-                side(f"v{index}")
+        alternate(
+            ctx.progress, "overhead:", ctx.scale.overhead_runs, (sides.operator, sides.cli), "v"
+        )
     return sides.summary()
 
 

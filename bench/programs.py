@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping
@@ -46,7 +45,7 @@ from kubernetes import client
 from bench.context import Context
 from bench.fleet import GROUP, PLURAL, VERSION, manifest, stack_spec
 from bench.operator import Operator
-from bench.overhead import BareCli
+from bench.overhead import BareCli, alternate
 from bench.stats import Summary, median
 from bench.testbed import REPO, TestBed
 from bench.watch import Predicate, Seen, StackWatch, condition, is_true
@@ -207,10 +206,8 @@ class TypeScriptCli(BareCli):
     """``bench.overhead``'s bare CLI on a copy of ``node-outputs`` with its ``node_modules``."""
 
     def __init__(self, bed: TestBed, stack: str) -> None:
-        """Copy the program over the files program's copy; its own npm cache."""
-        super().__init__(bed, stack)
-        shutil.rmtree(self.dir)
-        self.dir = shutil.copytree(PROGRAMS / TYPESCRIPT.program, self.dir)
+        """Copy the program; its own npm cache."""
+        super().__init__(bed, stack, PROGRAMS / TYPESCRIPT.program)
         self.npm_cache = bed.root / f"{self.dir.name}-npm"
 
     def prepare(self, value: str) -> None:
@@ -223,8 +220,7 @@ class TypeScriptCli(BareCli):
         if done.returncode != 0:
             msg = f"npm ci failed: {done.stderr.strip()[-2000:]}"
             raise RuntimeError(msg)
-        init = ["pulumi", "stack", "init", self.stack, "--non-interactive"]
-        subprocess.run(init, cwd=self.dir, env=self.env, capture_output=True, check=True)
+        self.create()
         self("config", "set", "value", value)
         self("up", "--yes", "--skip-preview")
 
@@ -235,11 +231,7 @@ def _overhead(ctx: Context, stacks: _Stacks, runs: int) -> dict[str, float]:
     cli = TypeScriptCli(ctx.bed, f"cli-{secrets.token_hex(3)}")
     cli.prepare("w0")
     sides = _Sides(stacks, cli)
-    for index in range(1, runs + 1):
-        ctx.progress(f"programs: TypeScript overhead run {index} of {runs}")
-        order = [sides.operator, sides.cli]
-        for side in order if index % 2 else reversed(order):
-            side(f"w{index}")
+    alternate(ctx.progress, "programs: TypeScript overhead", runs, (sides.operator, sides.cli), "w")
     return sides.fields()
 
 

@@ -37,9 +37,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from testbed.git_server import git
+from testbed.serving import Serving
 
 BACKEND_TIMEOUT = 60.0  # seconds one http-backend run may take
-STOP_TIMEOUT = 10.0  # seconds to wait for the serving thread after shutdown
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class GitHttpServer:
         self._failures: dict[str, int] = {}
         self._lock = threading.Lock()  # guards requests, _failures and the log file
         self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: Serving | None = None
 
     @property
     def port(self) -> int:
@@ -201,20 +201,13 @@ class GitHttpServer:
         self.repos.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         self._httpd = _HTTPServer(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="git-http", daemon=True
-        )
-        self._thread.start()
+        self._serving = Serving(self._httpd, "git-http")
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(STOP_TIMEOUT)
+        serving, self._serving, self._httpd = self._serving, None, None
+        if serving is not None:
+            serving.stop()
 
     def url(self, name: str) -> str:
         """The clone URL of repository ``name`` (no credentials in it)."""

@@ -38,6 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol, Self
 
+from testbed.serving import Serving
+
 NPM_UPSTREAM = "https://registry.npmjs.org/"
 PYPI_SIMPLE_UPSTREAM = "https://pypi.org/simple/"
 PYPI_FILES_UPSTREAM = "https://files.pythonhosted.org/"
@@ -342,26 +344,18 @@ class PackageMirror:
         self.host, self._port, self.routes = host, port, routes
         self._upstream = Upstream(cache_dir)
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: Serving | None = None
 
     def start(self) -> None:
         """Bind the port and serve on a daemon thread; returns once connections are accepted."""
         self._server = _Server((self.host, self._port), self._upstream, self.routes)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},  # how long stop() waits for the loop to notice
-            name=f"package-mirror-{self._server.server_address[1]}",
-            daemon=True,
-        )
-        self._thread.start()
+        name = f"package-mirror-{self._server.server_address[1]}"
+        self._serving = Serving(self._server, name, poll_interval=0.1)
 
     def stop(self) -> None:
-        """Stop serving, close the port and wait for answers in flight; safe to call twice."""
-        thread, self._thread = self._thread, None
-        if self._server is not None and thread is not None:
-            self._server.shutdown()
-            self._server.server_close()  # joins the request threads
-            thread.join(timeout=10)
+        """Stop serving and close the port; safe to call twice."""
+        if self._serving is not None:
+            self._serving.stop()
 
     def __enter__(self) -> Self:
         """Start the mirror."""

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.assets import KUBERNETES_PROVIDER_VERSION, cache_root, find_built, go_platform
+from testbed.serving import Serving
 
 OVERRIDES_VARIABLE = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
 
@@ -184,7 +185,7 @@ class PluginMirror:
         """
         self.plugins, self.host, self._cache = list(plugins), host, cache
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: Serving | None = None
 
     @property
     def url(self) -> str:
@@ -212,15 +213,9 @@ class PluginMirror:
         """Make (or find) the tarballs, then serve them; returns once the port is bound."""
         archives = {p.archive_name(): plugin_archive(p, self._cache) for p in self.plugins}
         self._server = _Server((self.host, 0), archives)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="plugin-mirror", daemon=True
-        )
-        self._thread.start()
+        self._serving = Serving(self._server, "plugin-mirror")
 
     def stop(self) -> None:
         """Stop serving and close the port; safe to call twice. The record stays readable."""
-        thread, self._thread = self._thread, None
-        if self._server is not None and thread is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            thread.join(timeout=10)
+        if self._serving is not None:
+            self._serving.stop()

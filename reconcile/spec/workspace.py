@@ -69,8 +69,9 @@ _MAX_LABEL = 63
 
 _RESERVED_ENV: Final = frozenset({"HOME", "PULUMI_HOME", "TMPDIR"})
 _RESERVED_ENV_PREFIX: Final = "PSO_"
-_RESERVED_VOLUMES: Final = frozenset({"workspace", "tmp", "pulumi-cache"})
-_RESERVED_MOUNTS: Final = frozenset({"workspace", "tmp", "pulumi-cache"})  # under /
+_RUNNER_VOLUMES: Final = ("workspace", "tmp", "pulumi-cache")  # each mounted at /<name>
+_RESERVED_VOLUMES: Final = frozenset(_RUNNER_VOLUMES)
+_RESERVED_MOUNTS: Final = frozenset(_RUNNER_VOLUMES)  # first components under /
 
 _NO_HINTS: Final[Mapping[str, str]] = MappingProxyType({})
 _POD_SECURITY: Final = "refused: the runner owns the run pod's security"
@@ -594,10 +595,8 @@ def _volume(raw: object, path: FieldPath) -> dict[str, Any]:
         problem = f"{name!r} is not a volume name: use a DNS label (lowercase, digits, -)"
         raise SpecError(path / "name", problem)
     if name in _RESERVED_VOLUMES:
-        problem = (
-            f"{name!r} is reserved by the runner (workspace, tmp, pulumi-cache): "
-            "choose another name"
-        )
+        reserved = ", ".join(_RUNNER_VOLUMES)
+        problem = f"{name!r} is reserved by the runner ({reserved}): choose another name"
         raise SpecError(path / "name", problem)
     kinds = sorted(key for key in volume if key in _VOLUME_TYPES)
     if len(kinds) != 1:
@@ -663,9 +662,9 @@ def _mount_path(raw: str, path: FieldPath) -> str:
     if not raw.startswith("/") or ".." in parts:
         raise SpecError(path, "must be an absolute path without .. components")
     if not parts or parts[0] in _RESERVED_MOUNTS:
+        *others, last = (f"/{volume}" for volume in _RUNNER_VOLUMES)
         problem = (
-            "/workspace, /tmp and /pulumi-cache (and / above them) are the runner's: "
-            "mount elsewhere"
+            f"{', '.join(others)} and {last} (and / above them) are the runner's: mount elsewhere"
         )
         raise SpecError(path, problem)
     return "/" + "/".join(parts)
