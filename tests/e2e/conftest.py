@@ -37,6 +37,7 @@ from testbed.git_server import Checkout, GitServer
 from testbed.node import NodeCluster
 from testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
 from testbed.rbac import operator_kubeconfig
+from testbed.waits import wait_for
 from tests.conftest import PROGRAMS, STACK_CRD
 from tests.e2e.agreement import (
     assert_events_valid,
@@ -276,13 +277,24 @@ class Stacks:
         """Wait until condition ``type_`` has ``reason`` for the current generation."""
 
         def check(obj: dict[str, Any]) -> bool:
-            found = find(obj, type_)
-            current = (
-                obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
-            )
-            return current and found is not None and found["reason"] == reason
+            return has_reason(obj, type_, reason)
 
         return self.wait(name, check, f"{type_} reason {reason}", timeout)
+
+    def wait_seen(self, name: str, type_: str, reason: str, timeout: float = 120) -> dict[str, Any]:
+        """Wait until the watch has seen ``type_`` with ``reason``; that version of the Stack.
+
+        For a state the operator may leave again within one poll of ``wait_reason`` (a
+        failure retried at once): the watch records every version.
+        """
+        watcher = self.watcher
+        assert watcher is not None, "wait_seen needs the fixture's watcher"
+
+        def seen() -> dict[str, Any] | None:
+            found = (o for o in watcher.versions(name) if has_reason(o, type_, reason))
+            return dict(next(found, {})) or None
+
+        return wait_for(seen, f"{name}: {type_} reason {reason} seen", timeout, 0.25)
 
     def events(self, name: str) -> list[Any]:
         """Events regarding a Stack, oldest first."""
@@ -323,6 +335,13 @@ def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
         if condition["type"] == type_:
             return condition  # type: ignore[no-any-return]
     return None
+
+
+def has_reason(obj: Mapping[str, Any], type_: str, reason: str) -> bool:
+    """Whether condition ``type_`` of ``obj`` has ``reason``, for its current generation."""
+    found = find(obj, type_)
+    current = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+    return current and found is not None and found["reason"] == reason
 
 
 def is_ready(obj: Mapping[str, Any]) -> bool:

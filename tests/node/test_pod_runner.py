@@ -149,7 +149,8 @@ def test_a_deleted_run_pod_is_concluded_as_runner_failed(
     pod_tenant.core.delete_namespaced_pod(
         "doomed-pulumi", pod_tenant.namespace, grace_period_seconds=0
     )
-    failed = pod_tenant.wait_reason("doomed", "Ready", "RunnerFailed", timeout=180)
+    # Seen in the watch: the failure is retried at once, so it may last less than a poll.
+    failed = pod_tenant.wait_seen("doomed", "Ready", "RunnerFailed", timeout=180)
     message = find(failed, "Ready")["message"]  # type: ignore[index]
     assert f"{pod_tenant.namespace}/doomed-pulumi" in message
     assert "Deleted" in message
