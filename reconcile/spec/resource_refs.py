@@ -28,9 +28,9 @@ from reconcile.spec.fields import (
     required_string,
 )
 from reconcile.spec.model import GitAuth, ResourceRef, SecretKeyRef, SpecError
+from reconcile.spec.names import is_subdomain
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _MAX_NAME = 253
 
@@ -162,7 +162,7 @@ def _secret_key_ref(raw: object, path: FieldPath, namespace: str) -> SecretKeyRe
             f" {namespace!r} and remove secret.namespace"
         )
         raise SpecError(path / "namespace", problem)
-    if len(name) > _MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_subdomain(name):
         raise SpecError(path / "name", f"{name!r} is not a Secret name (a DNS subdomain)")
     if len(key) > _MAX_NAME or not _SECRET_KEY.fullmatch(key):
         raise SpecError(path / "key", f"{key!r} is not a Secret key (letters, digits, -, _, .)")

@@ -13,7 +13,9 @@ when given (empty means unset):
 - ``nodeSelector``, ``tolerations``, ``affinity``, ``priorityClassName``, ``volumes``: from
   ``spec.podTemplate.spec``; ``volumeMounts``: the ``pulumi`` container's.
 
-Refused on purpose: whatever would weaken the run pod or fight the runner: host namespaces,
+Refused on purpose: labels and annotations read as policy (``reconcile.spec.pod_metadata``:
+AppArmor, seccomp, service meshes, runtimes...); whatever would weaken the run pod or fight
+the runner: host namespaces,
 security contexts, init or extra containers, the ``pulumi`` container's command, args, image
 and securityContext, a ServiceAccount in the pod template (use ``spec.serviceAccountName``),
 volume types the restricted/baseline Pod Security Standard forbids (``hostPath``...), the
@@ -23,8 +25,9 @@ runner's volumes (``workspace``, ``tmp``, ``pulumi-cache``), mount paths (``/``,
 supported ones. An env ``value`` may be "" (an
 explicitly empty variable); elsewhere empty means unset.
 
-Left to others: the pod runner builds and runs the pod; the local runner ignores both fields;
-the apiserver checks what only it knows (quotas, that the ServiceAccount exists...).
+Left to others: the operator's tenancy rules (``reconcile.tenancy``: which priority classes,
+tolerations and ServiceAccounts its flags allow); the pod runner builds and runs the pod; the
+local runner ignores both fields; the apiserver checks what only it knows (quotas...).
 """
 
 from __future__ import annotations
@@ -53,19 +56,22 @@ from reconcile.spec.model import (
     Workspace,
     canonical_json,
 )
+from reconcile.spec.names import (
+    DNS_LABEL,
+    MAX_LABEL,
+    MAX_SUBDOMAIN,
+    labels,
+    qualified_name,
+    subdomain,
+)
+from reconcile.spec.pod_metadata import read_pod_metadata
 
 _TEMPLATE: Final = SPEC / "workspaceTemplate"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DATA_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([numkMGTPE]|[KMGTPE]i|[eE][-+]?[0-9]+)?")
 _Choice = TypeVar("_Choice", bound=str)
-_MAX_SUBDOMAIN = 253
-_MAX_LABEL = 63
 
 _RESERVED_ENV: Final = frozenset({"HOME", "PULUMI_HOME", "TMPDIR"})
 _RESERVED_ENV_PREFIX: Final = "PSO_"
@@ -80,7 +86,6 @@ _CONTAINER_OWNED: Final = (
 )
 
 _TEMPLATE_FIELDS: Final = frozenset({"metadata", "spec"})
-_METADATA_FIELDS: Final = frozenset({"labels", "annotations"})
 _WORKSPACE_FIELDS: Final = frozenset(
     {"image", "imagePullPolicy", "securityProfile", "resources", "env", "envFrom", "podTemplate"}
 )
@@ -169,7 +174,7 @@ def read_service_account_name(root: Mapping[str, Any]) -> str:
     name = read_string(root, SPEC, "serviceAccountName")
     if name is None:
         return DEFAULT_SERVICE_ACCOUNT
-    return _subdomain(name, SPEC / "serviceAccountName", "ServiceAccount")
+    return subdomain(name, SPEC / "serviceAccountName", "ServiceAccount")
 
 
 def read_workspace(root: Mapping[str, Any]) -> Workspace:
@@ -186,7 +191,7 @@ def read_workspace(root: Mapping[str, Any]) -> Workspace:
     spec = _optional_object(template, _TEMPLATE, "spec", _WORKSPACE_FIELDS, _WORKSPACE_HINTS)
     env_refs = frozenset(str(name) for name in read_map(root, SPEC, "envRefs"))
     overrides = _merge(
-        _merge(_metadata(template, _TEMPLATE), _container_settings(spec, path, env_refs)),
+        _merge(read_pod_metadata(template, _TEMPLATE), _container_settings(spec, path, env_refs)),
         _pod_template(spec, path, env_refs),
     )
     return Workspace(
@@ -312,69 +317,12 @@ def _optional_bool(obj: Mapping[str, Any], path: FieldPath, key: str) -> bool | 
     return value
 
 
-def _subdomain(name: str, path: FieldPath, kind: str) -> str:
-    """``name`` if it can name a ``kind`` (a DNS subdomain: lowercase, digits, -, .)."""
-    if len(name) > _MAX_SUBDOMAIN or not _DNS_SUBDOMAIN.fullmatch(name):
-        problem = f"{name!r} is not a {kind} name: use a DNS subdomain (lowercase, digits, -, .)"
-        raise SpecError(path, problem)
-    return name
-
-
 def _image(spec: Mapping[str, Any], path: FieldPath) -> str | None:
     """``spec.image`` (no whitespace); None when unset."""
     image = read_string(spec, path, "image")
     if image is not None and any(c.isspace() for c in image):
         raise SpecError(path / "image", "must be an image reference without whitespace")
     return image
-
-
-# -- metadata --------------------------------------------------------------------------------
-
-
-def _metadata(obj: Mapping[str, Any], path: FieldPath) -> dict[str, Any]:
-    """``obj.metadata``'s labels and annotations, as overrides."""
-    meta = _optional_object(obj, path, "metadata", _METADATA_FIELDS)
-    meta_path = path / "metadata"
-    return _given(
-        labels=_labels(meta, meta_path, "labels"),
-        annotations={
-            _qualified_name(key, (meta_path / "annotations").entry(key)): value
-            for key, value in _string_map(meta, meta_path, "annotations").items()
-        },
-    )
-
-
-def _string_map(obj: Mapping[str, Any], path: FieldPath, key: str) -> dict[str, str]:
-    """``obj[key]`` as a map of strings to strings; absent or null is empty."""
-    entries = read_map(obj, path, key)
-    for name, value in entries.items():
-        if not isinstance(value, str):
-            raise SpecError((path / key).entry(name), f"must be a string, not {kind_of(value)}")
-    return {str(name): value for name, value in entries.items()}
-
-
-def _labels(obj: Mapping[str, Any], path: FieldPath, key: str) -> dict[str, str]:
-    """``obj[key]`` as Kubernetes labels (qualified-name keys, label values)."""
-    labels = _string_map(obj, path, key)
-    for name, value in labels.items():
-        entry = (path / key).entry(name)
-        _qualified_name(name, entry)
-        if len(value) > _MAX_LABEL or not _LABEL_VALUE.fullmatch(value):
-            problem = f"{value!r} is not a label value: at most 63 letters, digits, -, _ or ."
-            raise SpecError(entry, problem)
-    return labels
-
-
-def _qualified_name(name: str, path: FieldPath) -> str:
-    """``name`` if it is a Kubernetes key: ``[prefix/]name``, prefix a DNS subdomain."""
-    prefix, _, rest = name.rpartition("/")
-    valid_prefix = not prefix or (
-        len(prefix) <= _MAX_SUBDOMAIN and _DNS_SUBDOMAIN.fullmatch(prefix) is not None
-    )
-    if not valid_prefix or len(rest) > _MAX_LABEL or not _NAME_PART.fullmatch(rest):
-        problem = "not a Kubernetes key: [DNS-subdomain/]name, name at most 63 letters, digits, -_."
-        raise SpecError(path, problem)
-    return name
 
 
 # -- the pulumi container's settings: resources, env, envFrom --------------------------------
@@ -405,7 +353,7 @@ def _quantities(obj: Mapping[str, Any], path: FieldPath, key: str) -> dict[str, 
     """``obj[key]`` as a map of resource names (``cpu``, ``nvidia.com/gpu``) to quantities."""
     at = path / key
     return {
-        _qualified_name(str(name), at.entry(name)): _quantity(value, at.entry(name))
+        qualified_name(str(name), at.entry(name)): _quantity(value, at.entry(name))
         for name, value in read_map(obj, path, key).items()
     }
 
@@ -486,9 +434,9 @@ def _value_from(raw: object, path: FieldPath) -> dict[str, Any]:
 def _key_ref(raw: object, path: FieldPath, kind: str) -> dict[str, Any]:
     """A ``secretKeyRef`` or ``configMapKeyRef``: a key of a ``kind`` in the namespace."""
     ref = _object(raw, path, _KEY_REF_FIELDS)
-    name = _subdomain(required_string(ref, path, "name"), path / "name", kind)
+    name = subdomain(required_string(ref, path, "name"), path / "name", kind)
     key = required_string(ref, path, "key")
-    if len(key) > _MAX_SUBDOMAIN or not _DATA_KEY.fullmatch(key):
+    if len(key) > MAX_SUBDOMAIN or not _DATA_KEY.fullmatch(key):
         raise SpecError(path / "key", f"{key!r} is not a {kind} key (letters, digits, -, _, .)")
     return {"name": name, "key": key, **_given_bool(ref, path, "optional")}
 
@@ -516,7 +464,7 @@ def _env_from(raw: object, path: FieldPath) -> dict[str, Any]:
     kind = _one_of(source, path, _ENV_FROM_SOURCES)
     ref = _object(source[kind], path / kind, frozenset({"name", "optional"}))
     name = required_string(ref, path / kind, "name")
-    _subdomain(name, path / kind / "name", _ENV_FROM_SOURCES[kind])
+    subdomain(name, path / kind / "name", _ENV_FROM_SOURCES[kind])
     prefix = read_string(source, path, "prefix")
     if prefix is not None:
         _env_name(prefix, path / "prefix")
@@ -537,7 +485,7 @@ def _pod_template(
     pod_path = template_path / "spec"
     volumes = _volumes(pod, pod_path)
     scheduling = _given(
-        nodeSelector=_labels(pod, pod_path, "nodeSelector"),
+        nodeSelector=labels(pod, pod_path, "nodeSelector"),
         tolerations=[_toleration(item, at) for at, item in _list(pod, pod_path, "tolerations")],
         affinity=_affinity(pod, pod_path),
         priorityClassName=_priority_class(pod, pod_path),
@@ -545,13 +493,13 @@ def _pod_template(
     )
     names = frozenset(volume["name"] for volume in volumes)
     container = _containers(pod, pod_path, names, env_refs)
-    return {**_metadata(template, template_path), **scheduling, **container}
+    return {**read_pod_metadata(template, template_path), **scheduling, **container}
 
 
 def _priority_class(pod: Mapping[str, Any], path: FieldPath) -> str | None:
     """``pod.priorityClassName`` (a DNS subdomain); None when unset."""
     name = read_string(pod, path, "priorityClassName")
-    return None if name is None else _subdomain(name, path / "priorityClassName", "PriorityClass")
+    return None if name is None else subdomain(name, path / "priorityClassName", "PriorityClass")
 
 
 def _toleration(raw: object, path: FieldPath) -> dict[str, Any]:
@@ -591,7 +539,7 @@ def _volume(raw: object, path: FieldPath) -> dict[str, Any]:
     """A volume: a free name and exactly one allowed type, its contents passed through."""
     volume = _object(raw, path, _VOLUME_TYPES | {"name"}, refusal=_VOLUME_REFUSED)
     name = required_string(volume, path, "name")
-    if len(name) > _MAX_LABEL or not _DNS_LABEL.fullmatch(name):
+    if len(name) > MAX_LABEL or not DNS_LABEL.fullmatch(name):
         problem = f"{name!r} is not a volume name: use a DNS label (lowercase, digits, -)"
         raise SpecError(path / "name", problem)
     if name in _RESERVED_VOLUMES:
@@ -607,7 +555,7 @@ def _volume(raw: object, path: FieldPath) -> dict[str, Any]:
     ref, ref_kind = _VOLUME_REFS.get(kind, ("", ""))
     ref_name = body.get(ref)
     if isinstance(ref_name, str):
-        _subdomain(ref_name, path / kind / ref, ref_kind)
+        subdomain(ref_name, path / kind / ref, ref_kind)
     return {"name": name, kind: body}
 
 
