@@ -11,7 +11,9 @@ Guarantees of ``run_pod``:
   non-root (uid 65532), no privilege escalation, every capability dropped, seccomp
   ``RuntimeDefault``, a read-only root filesystem; ``/workspace`` (checkout, homes) and
   ``/tmp`` are emptyDir volumes. ``baseline`` drops the non-root user and the read-only
-  root (images that need root), and keeps the rest.
+  root (images that need root), and keeps the rest: no privilege escalation, every
+  capability dropped (root without capabilities: no NET_RAW, no CHOWN, no SETUID...),
+  seccomp ``RuntimeDefault``.
 * Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable. The
   git credentials are variables of the ``checkout`` init container only, which checks the
   source out into ``/workspace``; the program's container never has them.
@@ -235,11 +237,11 @@ def _secret_env(variables: tuple[SecretEnv, ...]) -> list[dict[str, Any]]:
 
 
 def _container_security(*, restricted: bool) -> dict[str, Any]:
-    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    """No escalation and no capabilities in both profiles; restricted adds the rest."""
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     if restricted:
-        context |= {
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-        }
+        context |= {"readOnlyRootFilesystem": True, "runAsNonRoot": True}
     return context

@@ -59,7 +59,10 @@ def test_the_pod_runs_the_agent_as_the_stacks_service_account() -> None:
 
 
 def test_restricted_by_default_baseline_on_request() -> None:
-    """Restricted: non-root, no escalation, no capabilities, seccomp, read-only root."""
+    """Restricted: non-root, no escalation, no capabilities, seccomp, read-only root.
+
+    Baseline: root and a writable root filesystem, and still no capabilities.
+    """
     pod = manifest()
     [container] = pod["spec"]["containers"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -74,8 +77,10 @@ def test_restricted_by_default_baseline_on_request() -> None:
     assert {"/workspace", "/tmp"} <= mounts  # noqa: S108 - the pod's own emptyDir
     baseline = manifest(security_profile="baseline")
     assert "runAsNonRoot" not in baseline["spec"]["securityContext"]
+    assert baseline["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert baseline["spec"]["containers"][0]["securityContext"] == {
-        "allowPrivilegeEscalation": False
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
     }
 
 
