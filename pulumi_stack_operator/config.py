@@ -13,11 +13,13 @@ import dataclasses
 import re
 import tempfile
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from controller.config import Application, Config, parse, positive
 from controller.config import build_parser as build_manager_parser
+from reconcile.spec.names import DNS_LABEL, is_subdomain
+from reconcile.tenancy import ANY, RUNNER_LABEL, Tenancy
 
 ENV_PREFIX = "PSO_"
 RUNNERS = ("local", "pod")
@@ -50,12 +52,15 @@ class OperatorConfig:
     run_cache_claim: str = "pulumi-cache"
     """``pod`` runner: the PersistentVolumeClaim of a Stack's namespace that its run pods
     mount as their dependency and plugin cache, when the namespace has one ("": never)."""
+    max_run_timeout: float = 86400.0
+    """The most seconds any run may take: a larger ``spec.timeoutSeconds`` is cut to it."""
+    tenancy: Tenancy = dataclasses.field(default_factory=Tenancy)
+    """``pod`` runner: what Stacks may ask of their run pods (priority, tolerations, SAs)."""
 
 
 _QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
 _UNITS = {"K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
 _UNITS |= {f"{unit}i": 1024 ** (index + 1) for index, unit in enumerate("KMGT")}
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def byte_quantity(value: str) -> int:
@@ -89,14 +94,73 @@ def mirror_url(value: str) -> str:
 
 def claim_name(value: str) -> str:
     """An argparse ``type``: a PersistentVolumeClaim name (a DNS label), or "" for none."""
-    if value and (len(value) > 63 or not _DNS_LABEL.fullmatch(value)):
+    if value and (len(value) > 63 or not DNS_LABEL.fullmatch(value)):
         msg = f"{value!r} is not a PersistentVolumeClaim name (lower case, digits, '-')"
         raise argparse.ArgumentTypeError(msg)
     return value
 
 
+def name_list(kind: str, *, wildcard: bool = False) -> Callable[[str], frozenset[str]]:
+    """An argparse ``type``: comma-separated ``kind`` names (DNS subdomains); "" is none.
+
+    ``wildcard``: ``*`` may stand for every name.
+    """
+
+    def parse(value: str) -> frozenset[str]:
+        names = frozenset(part.strip() for part in value.split(",") if part.strip())
+        for name in names:
+            if not (wildcard and name == ANY) and not is_subdomain(name):
+                msg = f"{name!r} is not a {kind} name (lower case, digits, '-', '.')"
+                raise argparse.ArgumentTypeError(msg)
+        return names
+
+    return parse
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add the operator's own flags to the manager's ``parser``."""
+    _add_runner_flags(parser)
+    _add_tenancy_flags(parser)
+
+
+def _add_tenancy_flags(parser: argparse.ArgumentParser) -> None:
+    """What Stacks may ask of their runs beyond their namespace's rights."""
+    add = parser.add_argument
+    add(
+        "--max-run-timeout",
+        type=positive(float),
+        default=86400.0,
+        help="the most seconds any run may take: a Stack's larger spec.timeoutSeconds (and a "
+        "larger --run-timeout) is cut to it, and the Stack's status says so (default: 86400)",
+    )
+    add(
+        "--allowed-priority-classes",
+        type=name_list("PriorityClass"),
+        default=frozenset(),
+        help="--runner=pod: comma-separated PriorityClasses a Stack's run pods may use "
+        "(workspaceTemplate...priorityClassName); any other is refused with InvalidSpec "
+        "(default: none)",
+    )
+    add(
+        "--allow-any-toleration",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="--runner=pod: let Stacks' run pods tolerate every taint (a toleration without a "
+        "key) and the control plane's taints; otherwise those are refused with InvalidSpec "
+        "(default: off)",
+    )
+    add(
+        "--allowed-service-accounts",
+        type=name_list("ServiceAccount", wildcard=True),
+        default=frozenset({"default"}),
+        help="--runner=pod: comma-separated ServiceAccount names a Stack may run as in its "
+        f"namespace; others must carry the label {RUNNER_LABEL}=true; '*' allows every "
+        "ServiceAccount (default: default)",
+    )
+
+
+def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
+    """Which runner runs Pulumi, where, and for how long."""
     add = parser.add_argument
     add(
         "--runner",
@@ -207,4 +271,10 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         dependency_cache_size=args.dependency_cache_size,
         plugin_mirror=args.plugin_mirror,
         run_cache_claim=args.run_cache_claim,
+        max_run_timeout=args.max_run_timeout,
+        tenancy=Tenancy(
+            allowed_priority_classes=args.allowed_priority_classes,
+            allow_any_toleration=args.allow_any_toleration,
+            allowed_service_accounts=args.allowed_service_accounts,
+        ),
     )

@@ -20,6 +20,7 @@ from controller.clock import RealClock
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
 from pulumi_stack_operator.pulumi_cli import pulumi_command
+from reconcile.accounts import ServiceAccountReader
 from reconcile.acknowledge import Acknowledger
 from reconcile.collaborators import Collaborators, GitSource, StackPatcher
 from reconcile.interrupts import RunInterrupts
@@ -108,6 +109,8 @@ def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> S
         work_root=work_root,
         default_backend=cfg.default_backend,
         run_timeout=cfg.run_timeout,
+        max_run_timeout=cfg.max_run_timeout,
+        tenancy=cfg.tenancy,
         identity=manager.identity,
         sole_runner=manager.leader_elect,
         # A deposed leader stops renewing at renew_deadline and kills its CLI at most
@@ -166,6 +169,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         source=GitSource(),
         clock=RealClock(),
         interrupts=interrupts,
+        accounts=ServiceAccountReader(context.api_client) if cfg.runner == "pod" else None,
     )
     return StackReconciler(parts, settings(cfg, context, work_root))
 

@@ -15,7 +15,9 @@ API server in the operator. The interfaces name only what the reconciler calls:
 - ``clock`` (``controller.clock.Clock``): ``wall()`` for times written to status,
   ``now()`` for durations and the leader takeover wait;
 - ``interrupts`` (``reconcile.interrupts.RunInterrupts``): the runs in flight, interrupted
-  when their Stack is deleted (the operator also registers it as an informer handler).
+  when their Stack is deleted (the operator also registers it as an informer handler);
+- ``accounts`` (``reconcile.accounts.AccountSource``): reads the ServiceAccount a run pod
+  would use, to check the operator lets Stacks use it (None: no run uses one).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from controller.cache import ObjectKey
 from controller.clock import Clock, RealClock
 from controller.reconciler import TransientError
 from controller.retry import with_retries
+from reconcile.accounts import AccountSource
 from reconcile.context import Mutation
 from reconcile.interrupts import RunInterrupts
 from reconcile.resource import GROUP, PLURAL, VERSION
@@ -203,3 +206,4 @@ class Collaborators:
     source: Source = dataclasses.field(default_factory=GitSource)
     clock: Clock = dataclasses.field(default_factory=RealClock)
     interrupts: RunInterrupts = dataclasses.field(default_factory=RunInterrupts)
+    accounts: AccountSource | None = None

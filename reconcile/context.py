@@ -18,6 +18,7 @@ from reconcile.decide import Decision, Observed, Requests
 from reconcile.policy import Policy
 from reconcile.source import GitCredentials
 from reconcile.spec import StackSpec
+from reconcile.tenancy import Tenancy
 
 Mutation = Callable[[Mapping[str, Any]], dict[str, Any]]
 """A pure change of a status: the status writer applies it to the newest status."""
@@ -30,6 +31,7 @@ class Settings:
     work_root: Path  # per-Stack source checkouts live under <work_root>/<namespace>/<name>
     default_backend: str | None = None  # root of the per-namespace backends (reconcile.backend)
     run_timeout: float = 7200.0  # seconds a run may take, unless spec.timeoutSeconds says
+    max_run_timeout: float = 86400.0  # the most any run may take, whatever its spec says
     policy: Policy = dataclasses.field(default_factory=Policy)
     identity: str = ""  # this operator instance (host_pid), recorded in status.currentUpdate
     # True when leader election guarantees that no other instance of this operator runs
@@ -43,6 +45,8 @@ class Settings:
     # True when runs happen elsewhere (the pod runner): the request then carries a
     # ``RunJob`` (references) instead of a checkout and secret values.
     remote_runs: bool = False
+    # What Stacks may ask of their run pods beyond their namespace's rights (pod runner).
+    tenancy: Tenancy = dataclasses.field(default_factory=Tenancy)
 
     def stack_dir(self, key: ObjectKey) -> Path:
         """The Stack's own directory: its checkout (``source``) and ``PULUMI_HOME`` (``home``)."""
@@ -56,8 +60,18 @@ class Settings:
         return backends.namespaced(default, key.namespace) if default else None
 
     def timeout(self, spec: StackSpec) -> float:
-        """The deadline of one run of the Stack, in seconds."""
-        return float(spec.timeout_seconds or self.run_timeout)
+        """The deadline of one run of the Stack, in seconds (at most ``max_run_timeout``)."""
+        return min(float(spec.timeout_seconds or self.run_timeout), self.max_run_timeout)
+
+    def timeout_note(self, spec: StackSpec) -> str:
+        """The status note on a ``spec.timeoutSeconds`` cut to ``max_run_timeout`` ("": none)."""
+        asked = spec.timeout_seconds
+        if asked is None or asked <= self.max_run_timeout:
+            return ""
+        return (
+            f"deadline {self.max_run_timeout:.0f}s, the operator's --max-run-timeout "
+            f"(spec.timeoutSeconds asks {asked}s)"
+        )
 
     def cache_scope(self, key: ObjectKey) -> str:
         """Whose dependency cache the Stack's runs use: its namespace's in run pods, else ours.

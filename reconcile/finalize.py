@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from controller.reconciler import Result, TransientError
 from reconcile import verdict as verdicts
+from reconcile.accounts import refused_account
 from reconcile.collaborators import Collaborators
 from reconcile.context import Pass, Plan, Settings
 from reconcile.decide import Decision, Observed, Requests
@@ -92,6 +93,9 @@ class Finalizer:
         secrets = self._parts.secrets(at.key.namespace)
         credentials = self._preparer.credentials(spec, secrets)
         commit = self._preparer.commit(spec, credentials)
+        refused = refused_account(self._parts.accounts, self._settings, at.key.namespace, spec)
+        if refused is not None:
+            raise RemoteSpecError(refused)
         now = self._parts.clock.wall()
         observed = Observed(at.generation, at.status, Requests(), commit, now)
         inputs = self._preparer.inputs(at.key, spec, secrets)

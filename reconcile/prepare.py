@@ -18,6 +18,7 @@ from typing import Any
 from controller.cache import ObjectKey
 from controller.clock import parse_time
 from reconcile import backend as backends
+from reconcile import tenancy
 from reconcile.collaborators import SecretSource, Source
 from reconcile.context import Inputs, Pass, Plan, Settings
 from reconcile.decide import NEW_GENERATION
@@ -108,10 +109,14 @@ class Preparer:
         """The request of a run elsewhere: the job, and no checkout or secret value.
 
         Raises:
-            RemoteSpecError: a ``file://`` backend that would live and die with the pod.
+            RemoteSpecError: a ``file://`` backend that would live and die with the pod, or
+                a pod the operator's tenancy rules refuse.
         """
         spec = plan.spec
         _check_backend_volume(plan.inputs.backend, spec)
+        refused = tenancy.refusal(spec, self._settings.tenancy)
+        if refused is not None:  # checked before; a run pod must never be built without it
+            raise RemoteSpecError(refused)
         return UpdateRequest(
             work_dir=Path(WORKSPACE_SOURCE),
             stack=spec.stack,

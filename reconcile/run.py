@@ -61,7 +61,8 @@ class Runs:
             return resumed
         started = self._parts.clock.wall()
         start = report.started(observed, plan.operation, self._settings.identity, started)
-        verdict = verdicts.run_started(plan.operation, observed.commit, at.generation)
+        note = self._settings.timeout_note(plan.spec)
+        verdict = verdicts.run_started(plan.operation, observed.commit, at.generation, note)
         self._effects.execute(at, verdict, also=start, now=started)
         try:
             request = self._preparer.request(at, plan)

@@ -5,12 +5,15 @@
 1. not found → forget it; being deleted → ``reconcile.finalize`` (destroy when
    ``destroyOnFinalize``, then drop the finalizer; a failed destroy keeps it and says why);
 2. no finalizer → acknowledge the generation in the status, then add the finalizer;
-3. parse the spec (invalid → Stalled ``InvalidSpec``, no retry until the spec changes);
+3. parse the spec (invalid → Stalled ``InvalidSpec``, no retry until the spec changes),
+   and with runs in pods check it against the operator's tenancy rules (the same);
    suspended → report and stop;
 4. prerequisites not ready → ``DependencyNotReady``, poll;
 5. resolve the commit (``git ls-remote`` for a tracked branch) and ``decide`` whether a run
    is due — when not, write nothing and requeue for the next poll;
-6. resolve the run's Secrets, then ``reconcile.run`` carries it out: report it started,
+6. with runs in pods, check the ServiceAccount may run Stacks (refused → Stalled
+   ``InvalidSpec``, looked at again every poll: an admin's label mends it);
+7. resolve the run's Secrets, then ``reconcile.run`` carries it out: report it started,
    check out the source, run Pulumi with live progress, conclude.
 
 Every situation ends in a verdict (``reconcile.verdict``: conditions, Event, requeue),
@@ -26,8 +29,9 @@ from typing import Any
 
 from controller.cache import ObjectKey
 from controller.reconciler import Result
-from reconcile import prerequisites
+from reconcile import prerequisites, tenancy
 from reconcile import verdict as verdicts
+from reconcile.accounts import refused_account
 from reconcile.acknowledge import acknowledgment
 from reconcile.collaborators import Collaborators
 from reconcile.context import Pass, Plan, Settings
@@ -92,6 +96,8 @@ class StackReconciler:
         except SpecError as err:
             return self._effects.execute(at, verdicts.invalid_spec(str(err)))
         problem = check_stack_for_backend(spec.stack, self._settings.backend(key, spec))
+        if problem is None and self._settings.remote_runs:
+            problem = tenancy.refusal(spec, self._settings.tenancy)
         if problem is not None:
             return self._effects.execute(at, verdicts.invalid_spec(problem))
         if spec.suspend:
@@ -126,6 +132,9 @@ class StackReconciler:
             decision = decide(spec, observed, policy)
             if not decision.due:
                 return self._not_due(at, decision)
+            refused = refused_account(self._parts.accounts, self._settings, at.key.namespace, spec)
+            if refused is not None:
+                return self._effects.execute(at, verdicts.account_refused(refused, policy))
             inputs = self._preparer.inputs(at.key, spec, secrets)
         except MissingSecretError as err:
             return self._secret_missing(at, err)

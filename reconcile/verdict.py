@@ -214,7 +214,8 @@ def concluded(outcome: Outcome, deadline: float | None) -> Outcome:
         return outcome
     message = (
         f"pulumi {outcome.operation} ran longer than its deadline of {deadline:.0f}s "
-        "(spec.timeoutSeconds, else the operator's --run-timeout) and was interrupted"
+        "(spec.timeoutSeconds, else the operator's --run-timeout; at most its "
+        "--max-run-timeout) and was interrupted"
     )
     return dataclasses.replace(outcome, error=ErrorKind.UPDATE_FAILED, message=message)
 
@@ -349,9 +350,14 @@ def orphaned(outcome: Outcome) -> Verdict:
     )
 
 
-def run_started(operation: str, commit: str, generation: int) -> Verdict:
-    """A due run is about to start: Progressing, and an ``UpdateStarted`` Event."""
+def run_started(operation: str, commit: str, generation: int, note: str = "") -> Verdict:
+    """A due run is about to start: Progressing, and an ``UpdateStarted`` Event.
+
+    ``note`` (e.g. a deadline the operator cut) follows the message when given.
+    """
     message = f"Running pulumi {operation} at commit {commit[:7]} (generation {generation})"
+    if note:
+        message = f"{message}; {note}"
     return Verdict(
         conditions=Conditions(Shape.PROGRESSING, Reason.PROGRESSING, message),
         event=Notice(UPDATE_STARTED, message),
@@ -388,6 +394,14 @@ def stalled(reason: Reason, message: str, *, requeue_after: float | None = None)
 def invalid_spec(message: str) -> Verdict:
     """The spec cannot be applied as written: Stalled until it changes."""
     return stalled(Reason.INVALID_SPEC, message)
+
+
+def account_refused(message: str, policy: Policy) -> Verdict:
+    """The Stack's ServiceAccount may not run it (yet): Stalled, and look again every poll.
+
+    An admin's label on the ServiceAccount mends it without a change to the Stack.
+    """
+    return stalled(Reason.INVALID_SPEC, message, requeue_after=policy.wait_poll)
 
 
 def suspended() -> Verdict:

@@ -41,6 +41,39 @@ def test_run_timeout() -> None:
     assert parse_config(["--run-timeout=1.5"], {"PSO_RUN_TIMEOUT": "90"}).run_timeout == 1.5
 
 
+def test_tenancy_defaults_are_the_safe_ones() -> None:
+    """No priority class, no wildcard toleration, only ``default`` by name, a day at most."""
+    cfg = parse_config([], {})
+    assert cfg.tenancy.allowed_priority_classes == frozenset()
+    assert cfg.tenancy.allow_any_toleration is False
+    assert cfg.tenancy.allowed_service_accounts == frozenset({"default"})
+    assert cfg.max_run_timeout == 86400.0
+
+
+def test_tenancy_flags_and_variables() -> None:
+    """Comma lists (blanks ignored), ``*`` for every account, the bool flag's ``--no-``."""
+    cfg = parse_config(
+        [
+            "--allowed-priority-classes=batch, low.priority",
+            "--allow-any-toleration",
+            "--allowed-service-accounts=default,deployer",
+            "--max-run-timeout=3600",
+        ],
+        {},
+    )
+    assert cfg.tenancy.allowed_priority_classes == frozenset({"batch", "low.priority"})
+    assert cfg.tenancy.allow_any_toleration is True
+    assert cfg.tenancy.allowed_service_accounts == frozenset({"default", "deployer"})
+    assert cfg.max_run_timeout == 3600.0
+    env = {"PSO_ALLOWED_SERVICE_ACCOUNTS": "*", "PSO_ALLOW_ANY_TOLERATION": "true"}
+    cfg = parse_config(["--no-allow-any-toleration"], env)
+    assert cfg.tenancy.allowed_service_accounts == frozenset({"*"})
+    assert cfg.tenancy.allow_any_toleration is False
+    assert parse_config(["--allowed-service-accounts="], {}).tenancy.allowed_service_accounts == (
+        frozenset()
+    )
+
+
 def test_pulumi_defaults() -> None:
     """Work dir under $TMPDIR, the CLI's default backend, retries from 10 s, 5 failures."""
     cfg = parse_config([], {})
@@ -154,6 +187,15 @@ def test_help_is_the_operators() -> None:
         ),
         pytest.param(["--run-cache-claim=Cache_1"], {}, "PersistentVolumeClaim", id="claim"),
         pytest.param([], {"PSO_RUNNER": "remote"}, "invalid choice", id="env-runner"),
+        pytest.param(
+            ["--allowed-priority-classes=High"], {}, "not a PriorityClass name", id="class"
+        ),
+        pytest.param(
+            ["--allowed-priority-classes=*"], {}, "not a PriorityClass name", id="class-any"
+        ),
+        pytest.param(
+            ["--allowed-service-accounts=a_b"], {}, "not a ServiceAccount name", id="account"
+        ),
     ],
 )
 def test_bad_input_exits_2_with_a_message(

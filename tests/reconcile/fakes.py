@@ -28,6 +28,7 @@ from reconcile.refs import MissingSecretError
 from reconcile.runner import ErrorKind, InstallRecord, Outcome, Progress, UpdateRequest
 from reconcile.source import GitCredentials, ProgramDirError, SourceError
 from reconcile.spec import ResourceRef
+from reconcile.tenancy import RUNNER_LABEL
 from status.writer import StatusTooLargeError
 
 ProgressCallback = Callable[[Progress], None]
@@ -201,6 +202,25 @@ class FakeSecrets:
     def for_namespace(self, namespace: str) -> _SecretReader:
         """A reader of ``namespace``'s Secrets, like ``reconcile.refs.SecretReader``."""
         return _SecretReader(self, namespace)
+
+
+class FakeAccounts:
+    """ServiceAccounts' labels by namespace and name, read as ``reconcile.accounts`` does.
+
+    An account not in ``accounts`` exists and is opted in (labelled ``RUNNER_LABEL=true``),
+    so tests that are not about accounts may name any; ``accounts`` sets an account's
+    labels, and ``None`` there means it does not exist. ``reads`` counts the lookups.
+    """
+
+    def __init__(self) -> None:
+        """Every account opted in; none read yet."""
+        self.accounts: dict[tuple[str, str], dict[str, str] | None] = {}
+        self.reads = 0
+
+    def labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The account's labels (None: it does not exist)."""
+        self.reads += 1
+        return self.accounts.get((namespace, name), {RUNNER_LABEL: "true"})
 
 
 @dataclasses.dataclass

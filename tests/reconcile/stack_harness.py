@@ -24,6 +24,7 @@ from reconcile.stack import Settings, StackReconciler
 from status.conditions import Reason
 from tests.reconcile.fakes import (
     Cluster,
+    FakeAccounts,
     FakeEvents,
     FakeMetrics,
     FakePatcher,
@@ -51,6 +52,7 @@ class Harness:
         self.events, self.metrics = FakeEvents(), FakeMetrics()
         self.secrets, self.source = FakeSecrets(), FakeSource()
         self.patcher, self.runner = FakePatcher(self.cluster), FakeRunner()
+        self.accounts = FakeAccounts()
         self.work_root = tmp_path / "work"
         self.parts = Collaborators(
             runner=self.runner,
@@ -62,6 +64,7 @@ class Harness:
             patcher=self.patcher,
             source=self.source,
             clock=self.clock,
+            accounts=self.accounts,
         )
         self.stop = threading.Event()
         self.restart(**settings)

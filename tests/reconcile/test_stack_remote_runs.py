@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from controller.cache import freeze_object
-from controller.reconciler import Result
+from controller.reconciler import Result, TransientError
 from reconcile.prepare import spec_written
 from reconcile.runner import ErrorKind
 from reconcile.stack import FINALIZER
+from reconcile.tenancy import RUNNER_LABEL, Tenancy
 from status.conditions import Reason
 from tests.reconcile.stack_harness import KEY, Harness, reaches
 
@@ -191,3 +192,117 @@ def test_when_the_spec_was_written_survives_the_caches_short_managed_fields() ->
     expected = datetime(2026, 12, 1, 10, 0, 7, tzinfo=UTC)
     assert spec_written(full) == expected
     assert spec_written(freeze_object(full)) == expected
+
+
+# -- what the operator lets Stacks ask of run pods (reconcile.tenancy) --------------------
+
+
+def test_a_refused_pod_stalls_before_any_run(tmp_path: Path) -> None:
+    """A priority class the operator does not list: Stalled InvalidSpec, nothing run."""
+    h = remote(tmp_path)
+    template = {"spec": {"podTemplate": {"spec": {"priorityClassName": "system-node-critical"}}}}
+    h.create(workspaceTemplate=template)
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("False", "InvalidSpec"), "Stalled": ("True", "InvalidSpec")}
+    assert "priorityClassName" in h.message("Stalled")
+    assert "--allowed-priority-classes" in h.message("Stalled")
+    assert h.runner.calls == []
+
+
+def test_an_allowed_priority_class_runs(tmp_path: Path) -> None:
+    """The same class, listed by the operator, reaches the job."""
+    h = remote(tmp_path, tenancy=Tenancy(allowed_priority_classes=frozenset({"batch"})))
+    h.create(workspaceTemplate={"spec": {"podTemplate": {"spec": {"priorityClassName": "batch"}}}})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    assert request.job.template()["priorityClassName"] == "batch"
+
+
+def test_the_local_runner_ignores_what_it_never_builds(tmp_path: Path) -> None:
+    """No run pod, no refusal: the local runner ignores workspaceTemplate."""
+    h = Harness(tmp_path)
+    h.create(workspaceTemplate={"spec": {"podTemplate": {"spec": {"priorityClassName": "x"}}}})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    assert h.accounts.reads == 0
+
+
+def test_an_account_not_opted_in_stalls_until_an_admin_labels_it(tmp_path: Path) -> None:
+    """Stalled InvalidSpec, looked at again every poll; the label mends it, no edit needed."""
+    h = remote(tmp_path)
+    h.accounts.accounts[(KEY.namespace, "secret-reader")] = {}
+    h.create(serviceAccountName="secret-reader")
+    assert h.reconcile() == Result(requeue_after=30)
+    assert h.kstatus() == {"Ready": ("False", "InvalidSpec"), "Stalled": ("True", "InvalidSpec")}
+    assert "pulumi-stack-operator.dev/stack-runner=true" in h.message("Stalled")
+    assert h.runner.calls == []
+    writes = len(h.writer.writes)
+    assert h.reconcile() == Result(requeue_after=30)
+    assert len(h.writer.writes) == writes, "a stall that stays costs no write"
+    h.accounts.accounts[(KEY.namespace, "secret-reader")] = {RUNNER_LABEL: "true"}
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
+def test_a_missing_account_stalls_naming_it(tmp_path: Path) -> None:
+    """Not found: the message says to create it (labelled) or name another."""
+    h = remote(tmp_path)
+    h.accounts.accounts[(KEY.namespace, "nobody")] = None
+    h.create(serviceAccountName="nobody")
+    h.reconcile()
+    assert 'ServiceAccount "nobody" not found' in h.message("Stalled")
+
+
+def test_listed_accounts_are_not_read(tmp_path: Path) -> None:
+    """The default account (listed by default) and ``*`` need no read."""
+    h = remote(tmp_path)
+    h.create()
+    h.runner.then(h.succeed())
+    h.reconcile()
+    h.restart(remote_runs=True, tenancy=Tenancy(allowed_service_accounts=frozenset({"*"})))
+    h.edit(serviceAccountName="anyone")
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    assert h.accounts.reads == 0
+
+
+def test_a_destroy_as_an_account_not_opted_in_is_blocked(tmp_path: Path) -> None:
+    """``destroyOnFinalize`` runs a pod as the account too: DeletionBlocked, naming why."""
+    h = remote(tmp_path)
+    h.create(serviceAccountName="deployer", destroyOnFinalize=True)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    h.accounts.accounts[(KEY.namespace, "deployer")] = {}
+    h.delete()
+    with pytest.raises(TransientError, match="stack-runner=true"):
+        h.reconcile()
+    assert h.kstatus()["Ready"] == ("False", "DeletionBlocked")
+    assert "stack-runner=true" in h.message()
+    assert [name for name, _ in h.runner.calls].count("destroy") == 0
+
+
+def test_a_deadline_past_the_ceiling_is_cut_and_said(tmp_path: Path) -> None:
+    """``timeoutSeconds`` above ``max_run_timeout``: the job's timeout is the ceiling.
+
+    The run's Reconciling message says so.
+    """
+    h = remote(tmp_path, max_run_timeout=900.0)
+    h.create(timeoutSeconds=999_999_999)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    assert request.job.timeout == 900.0
+    messages = [
+        condition["message"]
+        for status in h.writer.writes
+        for condition in status.get("conditions", [])
+        if condition["type"] == "Reconciling"
+    ]
+    note = "deadline 900s, the operator's --max-run-timeout (spec.timeoutSeconds asks 999999999s)"
+    assert any(note in message for message in messages), messages
