@@ -46,6 +46,10 @@ class Config:
     """
     resync_period: float
     metrics_bind_address: str
+    metrics_secure: bool
+    """Serve /metrics over HTTPS to callers the API server authenticates and authorizes."""
+    metrics_cert_dir: str | None
+    """``tls.crt`` and ``tls.key`` for secure metrics; None: a self-signed certificate."""
     health_probe_bind_address: str
     leader_elect: bool
     leader_election_id: str
@@ -202,6 +206,22 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "port 0 disables (default: 127.0.0.1:8080)",
     )
     add(
+        "--metrics-secure",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve /metrics over HTTPS, only to callers whose bearer token the API server "
+        "accepts (TokenReview) and who may get the non-resource URL /metrics "
+        "(SubjectAccessReview); needs create on tokenreviews and subjectaccessreviews "
+        "(default: off, plain HTTP to anyone who reaches the address)",
+    )
+    add(
+        "--metrics-cert-dir",
+        default=None,
+        help="--metrics-secure: directory with tls.crt and tls.key (a kubernetes.io/tls "
+        "Secret's layout), read again when they change (default: a self-signed certificate "
+        "made at start-up)",
+    )
+    add(
         "--health-probe-bind-address",
         type=_address,
         default="127.0.0.1:8081",
@@ -333,6 +353,8 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
         max_concurrent_reconciles_per_namespace=_per_namespace_cap(args),
         resync_period=args.resync_period,
         metrics_bind_address=f"{args.metrics_bind_address[0]}:{args.metrics_bind_address[1]}",
+        metrics_secure=args.metrics_secure,
+        metrics_cert_dir=args.metrics_cert_dir,
         health_probe_bind_address=(
             f"{args.health_probe_bind_address[0]}:{args.health_probe_bind_address[1]}"
         ),

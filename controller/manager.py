@@ -2,8 +2,9 @@
 
 Life of a process:
 
-1. Load the Kubernetes client configuration, start ``/metrics`` and the probes
-   (``/healthz``: every thread alive; ``/readyz``: caches synced).
+1. Load the Kubernetes client configuration, start ``/metrics`` (with
+   ``--metrics-secure``: HTTPS, for callers the API server authenticates and authorizes)
+   and the probes (``/healthz``: every thread alive; ``/readyz``: caches synced).
 2. Start the informer on every replica, so a standby's cache is warm when it takes over.
 3. Once the cache is synced (and, with ``--leader-elect``, the Lease is ours) start the
    reconcile workers.
@@ -22,6 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -30,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from controller import heap
 from controller.cache import Object, Store
+from controller.clock import RealClock
 from controller.config import Config
 from controller.informer import (
     CustomObjectsListWatcher,
@@ -38,6 +41,7 @@ from controller.informer import (
     Informer,
 )
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
+from controller.metrics_server import Certificates, Reviewer, SecureMetricsServer
 from controller.reconciler import Reconciler
 from controller.view import ReadYourWritesView
 from controller.workers import Controller, by_namespace
@@ -365,7 +369,17 @@ class Manager:
     def _serve(self) -> None:
         self._servers: list[http.server.HTTPServer] = []
         metrics_host, metrics_port = _split(self.config.metrics_bind_address)
-        if metrics_port:
+        if metrics_port and self.config.metrics_secure:
+            cert_dir = self.config.metrics_cert_dir
+            secure = SecureMetricsServer(
+                (metrics_host, metrics_port),
+                self.registry,
+                Reviewer(self.api_client, RealClock()),
+                Certificates(Path(cert_dir) if cert_dir else None),
+            )
+            threading.Thread(target=secure.serve_forever, name="metrics", daemon=True).start()
+            self._servers.append(secure)
+        elif metrics_port:
             server, _ = start_http_server(metrics_port, metrics_host, registry=self.registry)
             self._servers.append(server)
         probe_host, probe_port = _split(self.config.health_probe_bind_address)

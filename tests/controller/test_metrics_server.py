@@ -1,0 +1,206 @@
+"""Secure metrics: HTTPS, and only for tokens the API server says may get /metrics.
+
+Against the real apiserver: the server runs as the operator (its own RBAC from
+``manifests/``), and scrapers are real ServiceAccounts with TokenRequest tokens, one bound
+to the metrics reader role and one not. Unit tests cover the header's parsing, the cache
+and a certificate rotated on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Counter
+
+from controller.clock import FakeClock, RealClock
+from controller.metrics_server import CACHE_TTL, Certificates, Reviewer, SecureMetricsServer
+from testbed.control_plane import ControlPlane
+from testbed.rbac import METRICS_READER, operator_kubeconfig
+from testbed.scraper import get_metrics, scraper_token
+
+
+def probe_registry() -> CollectorRegistry:
+    """A registry with one known series."""
+    registry = CollectorRegistry()
+    Counter("probe", "A series the scrape must show.", registry=registry).inc()
+    return registry
+
+
+@contextlib.contextmanager
+def serving(reviewer: Reviewer, certificates: Certificates) -> Iterator[str]:
+    """A ``SecureMetricsServer`` on a free loopback port; yields its /metrics URL."""
+    server = SecureMetricsServer(("127.0.0.1", 0), probe_registry(), reviewer, certificates)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+# -- against the real apiserver -----------------------------------------------------------
+
+
+@pytest.fixture
+def operator_api(control_plane: ControlPlane, namespace: str) -> Iterator[client.ApiClient]:
+    """An API client with the operator's own token and RBAC (installed in ``namespace``)."""
+    with control_plane.api_client(operator_kubeconfig(control_plane, namespace)) as api:
+        yield api
+
+
+@pytest.mark.integration
+def test_only_a_token_allowed_to_get_metrics_is_served(
+    operator_api: client.ApiClient, api_client: client.ApiClient, namespace: str
+) -> None:
+    """A reader's token: 200 and the series; another SA's: 403; none or a bad one: 401."""
+    reader = scraper_token(api_client, namespace, "reader", METRICS_READER)
+    stranger = scraper_token(api_client, namespace, "stranger")
+    with serving(Reviewer(operator_api, RealClock()), Certificates(None)) as url:
+        status, body = get_metrics(url, reader)
+        assert status == 200, body
+        assert "probe_total 1.0" in body
+        assert get_metrics(url, stranger)[0] == 403
+        assert get_metrics(url, None)[0] == 401
+        assert get_metrics(url, "not-a-token")[0] == 401
+        assert get_metrics(url.replace("/metrics", "/"), reader)[0] == 404
+
+
+@pytest.mark.integration
+def test_plain_http_gets_no_metrics(operator_api: client.ApiClient) -> None:
+    """A plain-HTTP request is not answered with metrics (the TLS handshake fails)."""
+    with serving(Reviewer(operator_api, RealClock()), Certificates(None)) as url:
+        host, port = url.removeprefix("https://").split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = sock.recv(4096)
+        assert b"probe_total" not in answer
+
+
+# -- units -------------------------------------------------------------------------------
+
+
+def test_an_unreachable_apiserver_serves_nothing() -> None:
+    """Reviews that cannot be made answer 503, never the metrics."""
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:1"  # nothing listens there
+    with (
+        client.ApiClient(configuration) as api,
+        serving(Reviewer(api, RealClock()), Certificates(None)) as url,
+    ):
+        status, body = get_metrics(url, "some-token", timeout=30)
+    assert (status, "probe_total" in body) == (503, False)
+
+
+class CountingReviewer(Reviewer):
+    """A reviewer whose API answers are scripted: token → status, each call counted."""
+
+    def __init__(self, answers: dict[str, int], clock: FakeClock) -> None:
+        """Answer ``answers`` on ``clock``'s time."""
+        super().__init__(client.ApiClient(), clock)
+        self.answers, self.calls = answers, 0
+
+    def _review(self, token: str) -> int:
+        self.calls += 1
+        return self.answers[token]
+
+
+@pytest.mark.parametrize(
+    "header", [None, "", "Bearer", "Bearer ", "Basic dXNlcjpwYXNz", "token abc"]
+)
+def test_a_request_without_a_bearer_token_is_401_without_a_review(header: str | None) -> None:
+    """Nothing to review: 401 at once, the API server is not asked."""
+    reviewer = CountingReviewer({}, FakeClock())
+    assert reviewer.status(header) == 401
+    assert reviewer.calls == 0
+
+
+def test_answers_are_cached_per_token_for_the_ttl() -> None:
+    """Two reviews a token per CACHE_TTL, whatever the scrape rate; the answer is kept."""
+    clock = FakeClock()
+    reviewer = CountingReviewer({"good": 200, "bad": 403}, clock)
+    for _ in range(5):
+        assert reviewer.status("Bearer good") == 200
+        assert reviewer.status("bearer bad") == 403
+    assert reviewer.calls == 2
+    clock.step(CACHE_TTL + 1)
+    reviewer.answers["good"] = 403  # the binding was removed
+    assert reviewer.status("Bearer good") == 403
+    assert reviewer.calls == 3
+
+
+def write_pair(directory: Path, common_name: str) -> None:
+    """A self-signed certificate for ``common_name`` as ``tls.crt`` and ``tls.key``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def served_name(url: str) -> str:
+    """The common name of the certificate ``url``'s server presents."""
+    host, port = url.removeprefix("https://").split("/")[0].split(":")
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as sock,
+        context.wrap_socket(sock) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    [attribute] = x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(
+        NameOID.COMMON_NAME
+    )
+    return str(attribute.value)
+
+
+def test_a_certificate_renewed_on_disk_is_served_to_the_next_connection(tmp_path: Path) -> None:
+    """``--metrics-cert-dir``: the pair is read again when its files change (cert-manager)."""
+    write_pair(tmp_path, "first")
+    certificates = Certificates(tmp_path)
+    reviewer = CountingReviewer({}, FakeClock())
+    with serving(reviewer, certificates) as url:
+        assert served_name(url) == "first"
+        write_pair(tmp_path, "second")
+        later = (tmp_path / "tls.crt").stat().st_mtime + 5
+        for name in ("tls.crt", "tls.key"):
+            os.utime(tmp_path / name, (later, later))
+        assert served_name(url) == "second"
+
+
+def test_without_a_directory_the_certificate_is_self_signed_for_this_host() -> None:
+    """No ``--metrics-cert-dir``: a self-signed certificate made at start-up."""
+    reviewer = CountingReviewer({}, FakeClock())
+    with serving(reviewer, Certificates(None)) as url:
+        assert served_name(url) == "pulumi-stack-operator-metrics"
