@@ -379,6 +379,7 @@ def print_usage(node: NodeDev) -> None:
     """How to watch the sample Stack from another terminal."""
     service = deployment.service_ip(node.cluster)
     name, namespace = deployment.NAME, deployment.NAMESPACE
+    deployment.reader_token(node.cluster)  # the scraper account the curl line uses
     repo = node.git.url(STACK) if node.git else "-"
     print(
         f"""
@@ -389,7 +390,8 @@ The operator runs in a pod on node {node.cluster.node_name}. In another terminal
   kubectl get stacks -w
   kubectl describe stack {STACK}
   kubectl logs -f deploy/{name} -n {namespace}
-  curl -s http://{service}:8080/metrics | grep '^pulumi_stack_'
+  curl -sk -H "Authorization: Bearer $(kubectl create token {deployment.SCRAPER} -n {namespace})" \\
+    https://{service}:{deployment.METRICS_PORT}/metrics | grep '^pulumi_stack_'
 
   image:             {node.image.ref}
   sample manifest:   {node.manifest}  (edit spec.config.content, then kubectl apply -f it)

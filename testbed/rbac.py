@@ -1,10 +1,11 @@
 """The operator's own RBAC in the test control plane, and a kubeconfig that acts as the operator.
 
 ``operator_kubeconfig`` server-side applies what ``manifests/`` renders for the operator's
-identity: the ServiceAccount and its leader-election Role in ``namespace``, plus either the
-ClusterRole (``watch`` empty: all namespaces, as ``manifests/default``) or the
-single-namespace overlay's Role in each watched namespace. It then asks the TokenRequest
-API for a token of that ServiceAccount and writes a kubeconfig that authenticates with it.
+identity: the ServiceAccount and its leader-election Role in ``namespace``, the metrics
+reviews' ClusterRole, plus either the ClusterRole (``watch`` empty: all namespaces, as
+``manifests/default``) or the single-namespace overlay's Role in each watched namespace.
+It then asks the TokenRequest API for a token of that ServiceAccount and writes a
+kubeconfig that authenticates with it.
 An operator started with that kubeconfig has exactly the permissions it has in a cluster,
 so a missing rule fails a test with 403 instead of passing as admin.
 
@@ -36,6 +37,8 @@ from testbed.control_plane import ControlPlane
 
 MANIFESTS = Path(__file__).parents[1] / "manifests"
 SERVICE_ACCOUNT = "pulumi-stack-operator"
+METRICS_AUTH = f"{SERVICE_ACCOUNT}-metrics-auth"  # the --metrics-secure reviews, every install
+METRICS_READER = f"{SERVICE_ACCOUNT}-metrics-reader"  # scrapers allowed to get /metrics
 FIELD_MANAGER = "pulumi-stack-operator-testbed"
 TOKEN_SECONDS = 24 * 3600
 GRANT_TIMEOUT = 10.0  # seconds for the apiserver's RBAC cache to see the new bindings
@@ -44,14 +47,21 @@ Manifest = dict[str, Any]
 
 
 def operator_kubeconfig(
-    control_plane: ControlPlane, namespace: str, watch: Sequence[str] = ()
+    control_plane: ControlPlane,
+    namespace: str,
+    watch: Sequence[str] = (),
+    *,
+    cluster_role: bool = False,
 ) -> Path:
     """Install the operator's RBAC for ``namespace`` (all namespaces, or ``watch``).
 
+    With ``watch`` and ``cluster_role``, the watched namespaces are granted the ClusterRole
+    by RoleBindings, as ``overlays/namespaces`` does, instead of the single-namespace Role.
     Returns the path of a kubeconfig authenticating as the ServiceAccount
     ``<namespace>/pulumi-stack-operator``, once the apiserver grants it what it should.
     """
-    objects = [_namespace(namespace), *rbac_objects(control_plane, namespace, watch)]
+    rbac = rbac_objects(control_plane, namespace, watch, cluster_role=cluster_role)
+    objects = [_namespace(namespace), *rbac]
     path = control_plane.root / "rbac" / f"{namespace}.yaml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump_all(objects))
@@ -66,25 +76,42 @@ def operator_kubeconfig(
 
 
 def rbac_objects(
-    control_plane: ControlPlane, namespace: str, watch: Sequence[str] = ()
+    control_plane: ControlPlane,
+    namespace: str,
+    watch: Sequence[str] = (),
+    *,
+    cluster_role: bool = False,
 ) -> list[Manifest]:
-    """The RBAC objects for an operator whose ServiceAccount lives in ``namespace``."""
+    """The RBAC objects for an operator whose ServiceAccount lives in ``namespace``.
+
+    ``cluster_role``: see ``operator_kubeconfig``.
+    """
     rbac = _render(str(control_plane.binaries.kubectl), "rbac")
     single = _render(str(control_plane.binaries.kubectl), "overlays/single-namespace")
+    served = _render(str(control_plane.binaries.kubectl), "overlays/namespaces")
     identity = [
         _pick(rbac, "ServiceAccount", SERVICE_ACCOUNT),
         _pick(rbac, "Role", f"{SERVICE_ACCOUNT}-leader-election"),
         _pick(rbac, "RoleBinding", f"{SERVICE_ACCOUNT}-leader-election"),
     ]
     objects = [_placed(obj, namespace, namespace) for obj in identity]
+    reviews = _placed(_pick(rbac, "ClusterRoleBinding", METRICS_AUTH), None, namespace)
+    reviews["metadata"]["name"] = f"{METRICS_AUTH}-{namespace}"
+    readers = _pick(rbac, "ClusterRole", METRICS_READER)  # for scrapers to be bound to
+    objects += [_pick(rbac, "ClusterRole", METRICS_AUTH), reviews, readers]
     if not watch:
         binding = _placed(_pick(rbac, "ClusterRoleBinding", SERVICE_ACCOUNT), None, namespace)
         binding["metadata"]["name"] = f"{SERVICE_ACCOUNT}-{namespace}"
         return [*objects, _pick(rbac, "ClusterRole", SERVICE_ACCOUNT), binding]
+    if cluster_role:
+        objects.append(_pick(rbac, "ClusterRole", SERVICE_ACCOUNT))
     for watched in watch:
-        binding = _placed(_pick(single, "RoleBinding", SERVICE_ACCOUNT), watched, namespace)
+        source = served if cluster_role else single
+        binding = _placed(_pick(source, "RoleBinding", SERVICE_ACCOUNT), watched, namespace)
         binding["metadata"]["name"] = f"{SERVICE_ACCOUNT}-{namespace}"
-        objects += [_placed(_pick(single, "Role", SERVICE_ACCOUNT), watched, namespace), binding]
+        objects.append(binding)
+        if not cluster_role:
+            objects.append(_placed(_pick(single, "Role", SERVICE_ACCOUNT), watched, namespace))
     return objects
 
 
@@ -99,7 +126,7 @@ def _render(kubectl: str, directory: str) -> tuple[Manifest, ...]:
 
 
 def _pick(objects: Sequence[Manifest], kind: str, name: str) -> Manifest:
-    """A deep copy of the rendered object ``kind/name`` (the render cache stays intact)."""
+    """A deep copy of the first rendered object ``kind/name`` (the render cache stays intact)."""
     for obj in objects:
         if obj["kind"] == kind and obj["metadata"]["name"] == name:
             return copy.deepcopy(obj)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from testbed.node.cluster import NodeCluster
+from testbed.scraper import get_metrics, scraper_token
 from testbed.waits import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +30,9 @@ MANIFEST_IMAGE = "ghcr.io/pulumi-stack-operator/pulumi-stack-operator"
 SELECTOR = "app.kubernetes.io/name=pulumi-stack-operator,app.kubernetes.io/component=controller"
 UID = 65532
 STATE = "pulumi-stack-operator-state"
+METRICS_PORT = 8443
+METRICS_READER = "pulumi-stack-operator-metrics-reader"  # manifests/rbac/metrics_reader_role
+SCRAPER = "metrics-scraper"  # a ServiceAccount of the tests, bound to METRICS_READER
 
 
 def write_overlay(
@@ -199,11 +202,22 @@ def service_ip(cluster: NodeCluster) -> str:
     return str(json.loads(out)["spec"]["clusterIP"])
 
 
+def metrics_url(cluster: NodeCluster) -> str:
+    """The operator's /metrics through the Service's ClusterIP (HTTPS, --metrics-secure)."""
+    return f"https://{service_ip(cluster)}:{METRICS_PORT}/metrics"
+
+
+def reader_token(cluster: NodeCluster) -> str:
+    """A token of ``SCRAPER``, a ServiceAccount bound to the metrics reader role."""
+    with cluster.api_client() as api:
+        return scraper_token(api, NAMESPACE, SCRAPER, METRICS_READER)
+
+
 def metrics_through_service(cluster: NodeCluster) -> str:
-    """GET /metrics from the host through the Service's ClusterIP (kube-proxy)."""
-    url = f"http://{service_ip(cluster)}:8080/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return str(response.read().decode())
+    """GET /metrics from the host through the Service (kube-proxy), as an allowed scraper."""
+    status, body = get_metrics(metrics_url(cluster), reader_token(cluster))
+    assert status == 200, f"/metrics answered {status}: {body}"
+    return body
 
 
 def logs(cluster: NodeCluster) -> str:

@@ -287,9 +287,16 @@ def test_watch_namespaces_grants_each_and_sets_the_flag(helm: Helm) -> None:
     """A list: a Role and RoleBinding in each namespace, no ClusterRole, --namespaces set."""
     objects = render_chart(helm, {"watchNamespaces": ["team-a", "team-b"]})
     cluster_rules = rules_of(render("default"), "ClusterRole", RELEASE)
-    kinds = [obj["kind"] for obj in objects]
-    assert "ClusterRole" not in kinds
-    assert "ClusterRoleBinding" not in kinds
+    cluster_wide = {
+        (obj["kind"], obj["metadata"]["name"])
+        for obj in objects
+        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}
+    }
+    assert cluster_wide == {  # only the metrics reviews (cluster-scoped) and the reader role
+        ("ClusterRole", f"{RELEASE}-metrics-auth"),
+        ("ClusterRoleBinding", f"{RELEASE}-metrics-auth"),
+        ("ClusterRole", f"{RELEASE}-metrics-reader"),
+    }
     for namespace in ("team-a", "team-b"):
         role = by_identity(objects)[("Role", namespace, RELEASE)]
         assert role["rules"] == cluster_rules
@@ -319,6 +326,11 @@ def test_one_watched_namespace_is_the_single_namespace_overlay(helm: Helm) -> No
     assert operator_config(objects, SYSTEM_NAMESPACE) == operator_config(overlay, SYSTEM_NAMESPACE)
     rbac_kinds = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     chart_rbac = by_identity([normalise(o) for o in objects if o["kind"] in rbac_kinds])
+    # The overlay names its one cluster-scoped binding after its namespace (copies in several
+    # namespaces); a release's name already tells releases apart.
+    for obj in overlay:
+        if obj["kind"] == "ClusterRoleBinding":
+            obj["metadata"]["name"] = obj["metadata"]["name"].removesuffix(f".{SYSTEM_NAMESPACE}")
     overlay_rbac = by_identity([o for o in overlay if o["kind"] in rbac_kinds])
     assert sorted(chart_rbac) == sorted(overlay_rbac)
     for identity, obj in overlay_rbac.items():
@@ -379,6 +391,100 @@ def test_metrics_service_off(helm: Helm) -> None:
     with pytest.raises(HelmError) as caught:
         render_chart(helm, {"metrics": {**off["metrics"], "serviceMonitor": {"enabled": True}}})
     assert "metrics.serviceMonitor.enabled needs metrics.service.enabled" in caught.value.stderr
+
+
+@helm_test
+def test_the_operator_has_its_own_priority_class(helm: Helm) -> None:
+    """Created by default and named by the pods; an existing one by name; or none."""
+    objects = render_chart(helm)
+    pod = pick(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == pick(objects, "PriorityClass")["metadata"]["name"]
+    existing = render_chart(helm, {"priorityClass": {"create": False, "name": "critical-ops"}})
+    assert "PriorityClass" not in {obj["kind"] for obj in existing}
+    assert pick(existing, "Deployment")["spec"]["template"]["spec"]["priorityClassName"] == (
+        "critical-ops"
+    )
+    none = render_chart(helm, {"priorityClass": {"create": False}})
+    assert "priorityClassName" not in pick(none, "Deployment")["spec"]["template"]["spec"]
+    valued = render_chart(helm, {"priorityClass": {"value": 5000}})
+    assert pick(valued, "PriorityClass")["value"] == 5000
+
+
+@helm_test
+def test_tenancy_values_reach_the_operator(helm: Helm) -> None:
+    """Each tenancy value is its flag, read back through the operator's parser."""
+    values = {
+        "tenancy": {
+            "allowedPriorityClasses": ["batch", "low"],
+            "allowAnyToleration": True,
+            "allowedServiceAccounts": ["default", "deployer"],
+            "maxRunTimeoutSeconds": 3600,
+        }
+    }
+    cfg = operator_config(render_chart(helm, values), SYSTEM_NAMESPACE)
+    assert cfg.tenancy.allowed_priority_classes == frozenset({"batch", "low"})
+    assert cfg.tenancy.allow_any_toleration is True
+    assert cfg.tenancy.allowed_service_accounts == frozenset({"default", "deployer"})
+    assert cfg.max_run_timeout == 3600
+    anyone = {"tenancy": {"allowedServiceAccounts": ["*"]}}
+    cfg = operator_config(render_chart(helm, anyone), SYSTEM_NAMESPACE)
+    assert cfg.tenancy.allowed_service_accounts == frozenset({"*"})
+    defaults = operator_config(render_chart(helm), SYSTEM_NAMESPACE)
+    assert defaults.tenancy == operator_config(render("default"), SYSTEM_NAMESPACE).tenancy
+
+
+@helm_test
+def test_metrics_are_secure_unless_switched_off(helm: Helm) -> None:
+    """Secure by default (port 8443, reviews' RBAC); off: plain HTTP on 8080, no reviews."""
+    secure = render_chart(helm)
+    assert operator_config(secure, SYSTEM_NAMESPACE).manager.metrics_secure
+    assert pick(secure, "Service")["spec"]["ports"][0]["port"] == 8443
+    plain = render_chart(helm, {"metrics": {"secure": False}})
+    cfg = operator_config(plain, SYSTEM_NAMESPACE)
+    assert not cfg.manager.metrics_secure
+    assert cfg.manager.metrics_bind_address == "0.0.0.0:8080"
+    assert pick(plain, "Service")["spec"]["ports"][0]["port"] == 8080
+    assert not [obj for obj in plain if "metrics-auth" in obj["metadata"]["name"]]
+    with pytest.raises(HelmError) as caught:
+        render_chart(helm, {"metrics": {"secure": False}, "networkPolicy": {"enabled": True}})
+    assert "networkPolicy.enabled needs metrics.secure" in caught.value.stderr
+
+
+@helm_test
+def test_a_certificate_secret_is_mounted_and_named(helm: Helm) -> None:
+    """``metrics.certSecret``: mounted read-only, ``--metrics-cert-dir`` names the mount."""
+    objects = render_chart(helm, {"metrics": {"certSecret": "metrics-tls"}})
+    pod = pick(objects, "Deployment")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "metrics-certs"]
+    assert volume["secret"] == {"secretName": "metrics-tls"}
+    [mount] = [m for m in manager(objects)["volumeMounts"] if m["name"] == "metrics-certs"]
+    cfg = operator_config(objects, SYSTEM_NAMESPACE)
+    assert cfg.manager.metrics_cert_dir == mount["mountPath"]
+    assert mount["readOnly"] is True
+
+
+@helm_test
+def test_readers_are_bound_to_the_reader_role(helm: Helm) -> None:
+    """Each ``metrics.readers`` account gets a binding to ``<fullname>-metrics-reader``."""
+    reader = {"namespace": "monitoring", "name": "prometheus-k8s"}
+    objects = render_chart(helm, {"metrics": {"readers": [reader]}})
+    role = pick(objects, "ClusterRole", f"{RELEASE}-metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    [binding] = [
+        obj
+        for obj in objects
+        if obj["kind"] == "ClusterRoleBinding"
+        and obj["roleRef"]["name"] == role["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **reader}]
+
+
+@helm_test
+def test_network_policy_is_manifests_network_policy(helm: Helm) -> None:
+    """Off by default; on, it is manifests/network-policy's (but for Helm's labels)."""
+    assert "NetworkPolicy" not in {obj["kind"] for obj in render_chart(helm)}
+    policy = pick(render_chart(helm, {"networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert normalise(policy["spec"]) == pick(render("network-policy"), "NetworkPolicy")["spec"]
 
 
 DOWNWARD_ENV = [
@@ -476,7 +582,7 @@ def test_existing_service_account(helm: Helm) -> None:
     pod = pick(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing"
     subjects = [s for obj in objects for s in obj.get("subjects", ())]
-    assert len(subjects) == 2
+    assert len(subjects) == 3  # stacks, leader election, metrics reviews
     assert {s["name"] for s in subjects} == {"existing"}
     annotated = render_chart(helm, {"serviceAccount": {"annotations": {"a.example/role": "r"}}})
     assert pick(annotated, "ServiceAccount")["metadata"]["annotations"] == {"a.example/role": "r"}
@@ -501,6 +607,14 @@ def test_resources(helm: Helm) -> None:
         pytest.param({"extraArgs": ["workers=4"]}, "extraArgs", id="arg-not-a-flag"),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy", id="pull-policy"),
         pytest.param({"leaderElection": {"enabled": "yes"}}, "enabled", id="not-a-boolean"),
+        pytest.param(
+            {"tenancy": {"allowedPriorityClasses": ["*"]}}, "allowedPriorityClasses", id="class-any"
+        ),
+        pytest.param(
+            {"tenancy": {"maxRunTimeoutSeconds": 0}}, "maxRunTimeoutSeconds", id="no-ceiling"
+        ),
+        pytest.param({"metrics": {"readers": [{"name": "p"}]}}, "readers", id="reader-no-ns"),
+        pytest.param({"priorityClass": {"value": 2000000000}}, "value", id="system-priority"),
     ],
 )
 def test_bad_values_fail_on_the_schema(helm: Helm, values: dict[str, Any], path: str) -> None:
@@ -583,6 +697,24 @@ VARIANTS = {
         "serviceAccount": {"annotations": {"example.com/role": "r"}},
         "imagePullSecrets": ["regcred"],
         "image": {"pullPolicy": "IfNotPresent"},
+        "tenancy": {
+            "allowedPriorityClasses": ["batch"],
+            "allowAnyToleration": True,
+            "allowedServiceAccounts": ["*"],
+            "maxRunTimeoutSeconds": 600,
+        },
+        "priorityClass": {"value": 2000},
+        "networkPolicy": {"enabled": True},
+    },
+    "plain-metrics-existing-class": {
+        "metrics": {"secure": False, "certSecret": "unused"},
+        "priorityClass": {"create": False, "name": "system-cluster-critical"},
+    },
+    "certificate-and-readers": {
+        "metrics": {
+            "certSecret": "metrics-tls",
+            "readers": [{"namespace": "monitoring", "name": "prometheus-k8s"}],
+        },
     },
 }
 
@@ -671,7 +803,8 @@ def test_install_and_uninstall_on_the_control_plane(
 def installed(control_plane: ControlPlane, release: str, namespace: str) -> set[tuple[str, ...]]:
     """(kind, namespace, name) of every object Helm's ownership annotations give ``release``."""
     kinds = (
-        "serviceaccounts,deployments,services,roles,rolebindings,clusterroles,clusterrolebindings"
+        "serviceaccounts,deployments,services,roles,rolebindings,clusterroles,"
+        "clusterrolebindings,priorityclasses,networkpolicies,secrets"
     )
     listed = json.loads(control_plane.kubectl("get", kinds, "-A", "-o", "json").stdout)
     return {

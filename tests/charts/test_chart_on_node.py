@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from testbed.helm import Helm
 from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeCluster
+from testbed.scraper import get_metrics, scraper_token
 from testbed.waits import wait_for
 from tests.charts.conftest import CHART
 
@@ -73,21 +73,20 @@ def lease_holder(cluster: NodeCluster, namespace: str) -> str:
     return str(json.loads(proc.stdout)["spec"].get("holderIdentity") or "")
 
 
-def metrics(cluster: NodeCluster, namespace: str) -> str:
-    """GET /metrics from the host through the chart's Service (its ClusterIP, kube-proxy)."""
+def metrics(cluster: NodeCluster, namespace: str, token: str | None) -> tuple[int, str]:
+    """GET /metrics through the chart's Service (ClusterIP, kube-proxy), HTTPS, as ``token``."""
     service = get(cluster, "service", f"{FULLNAME}-metrics", "-n", namespace)
-    url = f"http://{service['spec']['clusterIP']}:8080/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return str(response.read().decode())
+    return get_metrics(f"https://{service['spec']['clusterIP']}:8443/metrics", token)
 
 
-def serves_metrics(cluster: NodeCluster, namespace: str) -> bool:
-    """Whether the Service answers /metrics with the operator's leader gauge at 1."""
+def serves_metrics(cluster: NodeCluster, namespace: str, token: str) -> bool:
+    """Whether the Service answers ``token`` with the operator's leader gauge at 1."""
     try:
-        text = metrics(cluster, namespace)
+        status, text = metrics(cluster, namespace, token)
     except OSError:
         return False
-    return 'leader_election_master_status{name="pulumi-stack-operator"} 1.0' in text
+    leading = 'leader_election_master_status{name="pulumi-stack-operator"} 1.0'
+    return status == 200 and leading in text
 
 
 def test_helm_install_wait_runs_the_operator_and_uninstall_removes_it(
@@ -121,8 +120,18 @@ def test_helm_install_wait_runs_the_operator_and_uninstall_removes_it(
             f"{pod_name} to hold the Lease",
             120,
         )
-        wait_for(lambda: serves_metrics(node_cluster, namespace), "/metrics via the Service", 60)
+        with node_cluster.api_client() as api:
+            reader = scraper_token(api, namespace, "scraper", f"{FULLNAME}-metrics-reader")
+            stranger = scraper_token(api, namespace, "stranger")
+        wait_for(
+            lambda: serves_metrics(node_cluster, namespace, reader), "/metrics via the Service", 60
+        )
+        # Secure by default: no token 401, a token without the reader role 403.
+        assert metrics(node_cluster, namespace, None)[0] == 401
+        assert metrics(node_cluster, namespace, stranger)[0] == 403
     finally:
+        reader_binding = f"{FULLNAME}-metrics-reader-{namespace}-scraper"
+        node_cluster.kubectl("delete", "clusterrolebinding", reader_binding, "--ignore-not-found")
         started = time.monotonic()
         helm.uninstall(RELEASE, namespace, timeout=INSTALL_TIMEOUT)
         print(f"helm uninstall --wait returned in {time.monotonic() - started:.1f}s")  # noqa: T201

@@ -422,7 +422,19 @@ def program(bed: Bed, tmp_path: Path) -> Program:
 
 
 @pytest.fixture
-def operator(bed: Bed, tmp_path: Path, stacks: Stacks, sentinels: Sentinels) -> Iterator[Operator]:
+def operator_flags() -> tuple[str, ...]:
+    """Flags a test module adds to the ``operator`` fixture's (override it there)."""
+    return ()
+
+
+@pytest.fixture
+def operator(
+    bed: Bed,
+    tmp_path: Path,
+    stacks: Stacks,
+    sentinels: Sentinels,
+    operator_flags: tuple[str, ...],
+) -> Iterator[Operator]:
     """The operator process (started), stopped afterwards and its output scanned for secrets.
 
     It authenticates as its ServiceAccount with the single-namespace RBAC of
@@ -438,7 +450,12 @@ def operator(bed: Bed, tmp_path: Path, stacks: Stacks, sentinels: Sentinels) -> 
         tmp_path / "operator.log",
         namespaces=[namespace],
         work_dir=tmp_path / "work",
-        flags=(*E2E_FLAGS, f"--leader-election-namespace={namespace}", *bed.flags),
+        flags=(
+            *E2E_FLAGS,
+            f"--leader-election-namespace={namespace}",
+            *bed.flags,
+            *operator_flags,
+        ),
         pulumi_bin=find_pulumi(),
     )
     op.start()

@@ -147,7 +147,7 @@ def test_node_mode_gets_the_sample_ready_in_a_pod_and_leaves_nothing(tmp_path: P
     assert "Stack default/sample is Ready" in proc.stdout
     assert f"export KUBECONFIG={state / 'cluster'}" in proc.stdout
     assert "kubectl logs -f deploy/pulumi-stack-operator" in proc.stdout
-    assert re.search(r"curl -s http://10\.215\.\d+\.\d+:8080/metrics", proc.stdout)
+    assert re.search(r"https://10\.215\.\d+\.\d+:8443/metrics", proc.stdout)
     # The program ran in the pod (as uid 65532) and wrote through the /state volume.
     output = state / "volume" / "sample-output" / "hello.txt"
     assert output.read_text() == "hello from make dev\n"

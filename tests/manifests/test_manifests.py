@@ -36,14 +36,18 @@ from reconcile.spec import parse_spec
 from reconcile.stack import StackReconciler
 from testbed.assets import AssetError, find_prometheus_operator_crds
 from testbed.control_plane import ControlPlane
+from testbed.controller_manager import ControllerManager
 from testbed.prometheus import INSTALL_HINT, find_binary
 from testbed.pulumi_env import PulumiEnv
+from testbed.waits import wait_for
+from tests.conftest import controller_manager_binary_or_skip
 from tests.manifests.conftest import KUSTOMIZATIONS, MANIFESTS, Manifest, pick, render
 from tests.manifests.promql import Selector, selectors, substitute
 
 REPO = MANIFESTS.parent
 SYSTEM_NAMESPACE = "pulumi-stack-operator-system"
-INSTALLS = ("default", "overlays/single-namespace")
+INSTALLS = ("default", "overlays/single-namespace", "overlays/namespaces")
+SERVED = ("team-a", "team-b")  # the namespaces overlays/namespaces serves
 # What a user applies; the rest are bases that these include.
 APPLIED = (
     *INSTALLS,
@@ -52,8 +56,9 @@ APPLIED = (
     "prometheus/pod-monitor",
     "grafana",
     "kube-state-metrics",
+    "network-policy",
 )
-BASES = ("crd", "rbac", "manager", "prometheus/rules")
+BASES = ("crd", "rbac", "manager", "prometheus/rules", "prometheus/reader")
 MONITORING_CRDS = {
     "servicemonitors": "ServiceMonitor",
     "podmonitors": "PodMonitor",
@@ -68,7 +73,7 @@ SCRAPE_LABELS = frozenset(
 )
 PROMETHEUS_SERIES: dict[str, frozenset[str]] = {"up": frozenset()}
 CLUSTER_SCOPED = frozenset(
-    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 )
 
 
@@ -106,26 +111,37 @@ def test_install_has_every_part(directory: str) -> None:
     assert {"CustomResourceDefinition", "Namespace", "ServiceAccount"} <= kinds
     assert {"Role", "RoleBinding", "Deployment", "Service"} <= kinds
     for obj in objects:
-        if obj["kind"] not in CLUSTER_SCOPED:
-            assert obj["metadata"]["namespace"] == SYSTEM_NAMESPACE, obj["metadata"]
+        if obj["kind"] in CLUSTER_SCOPED:
+            continue
+        served = obj["kind"] == "RoleBinding" and obj["roleRef"]["kind"] == "ClusterRole"
+        expected = SERVED if served else (SYSTEM_NAMESPACE,)
+        assert obj["metadata"]["namespace"] in expected, obj["metadata"]
 
 
 def test_single_namespace_overlay_moves_with_its_namespace(tmp_path: Path) -> None:
-    """Changing the overlay's ``namespace:`` moves every object and binding subject."""
+    """Changing the overlay's ``namespace:`` moves every object and binding subject.
+
+    Its one cluster-scoped binding is named after the namespace, so copies never collide.
+    """
     shutil.copytree(MANIFESTS, tmp_path / "manifests")
     overlay = tmp_path / "manifests" / "overlays" / "single-namespace"
     text = (overlay / "kustomization.yaml").read_text()
     (overlay / "kustomization.yaml").write_text(
         text.replace(f"namespace: {SYSTEM_NAMESPACE}", "namespace: team-a")
     )
-    objects = [obj for obj in render(overlay) if obj["kind"] != "CustomResourceDefinition"]
+    objects = [obj for obj in render(overlay) if obj["kind"] not in SHARED]
     assert pick(objects, "Namespace")["metadata"]["name"] == "team-a"
     for obj in objects:
-        assert obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
-        if obj["kind"] != "Namespace":
+        if obj["kind"] == "ClusterRoleBinding":  # the metrics reviews', named per install
+            assert obj["metadata"]["name"] == "pulumi-stack-operator-metrics-auth.team-a"
+        elif obj["kind"] != "Namespace":
             assert obj["metadata"]["namespace"] == "team-a"
         for subject in obj.get("subjects", ()):
             assert subject["namespace"] == "team-a"
+
+
+# Cluster-scoped objects that every install renders alike, and so shares.
+SHARED = frozenset({"CustomResourceDefinition", "ClusterRole", "PriorityClass"})
 
 
 # -- the Deployment ----------------------------------------------------------------------
@@ -150,13 +166,15 @@ def deployed_config(directory: str, pod_namespace: str = "ns-of-the-pod") -> Ope
 
 
 @pytest.mark.parametrize(
-    ("directory", "watched"), [(INSTALLS[0], ()), (INSTALLS[1], ("ns-of-the-pod",))]
+    ("directory", "watched"),
+    [(INSTALLS[0], ()), (INSTALLS[1], ("ns-of-the-pod",)), (INSTALLS[2], SERVED)],
 )
 def test_deployment_flags_parse(directory: str, watched: tuple[str, ...]) -> None:
-    """The args parse; the overlay watches the pod's namespace, the default install all."""
+    """The args parse; the overlays watch their namespaces, the default install all."""
     cfg = deployed_config(directory)
     assert cfg.manager.namespaces == watched
     assert cfg.manager.leader_elect
+    assert cfg.manager.metrics_secure
 
 
 @pytest.mark.parametrize("directory", INSTALLS)
@@ -186,10 +204,10 @@ def test_deployment_binds_every_interface_explicitly(directory: str) -> None:
     assert defaults.manager.metrics_bind_address == "127.0.0.1:8080"
     assert defaults.manager.health_probe_bind_address == "127.0.0.1:8081"
     args = container(directory)["args"]
-    assert "--metrics-bind-address=:8080" in args
+    assert "--metrics-bind-address=:8443" in args
     assert "--health-probe-bind-address=:8081" in args
     cfg = deployed_config(directory)
-    assert cfg.manager.metrics_bind_address == "0.0.0.0:8080"
+    assert cfg.manager.metrics_bind_address == "0.0.0.0:8443"
     assert cfg.manager.health_probe_bind_address == "0.0.0.0:8081"
 
 
@@ -198,6 +216,7 @@ def test_deployment_binds_every_interface_explicitly(directory: str) -> None:
     [
         pytest.param(INSTALLS[0], 1, id="every-namespace-half-the-workers"),
         pytest.param(INSTALLS[1], 0, id="one-namespace-no-limit"),
+        pytest.param(INSTALLS[2], 1, id="some-namespaces-half-the-workers"),
     ],
 )
 def test_per_namespace_cap(directory: str, cap: int) -> None:
@@ -247,6 +266,28 @@ def test_deployment_is_locked_down() -> None:
     for path in [*written, image_env("HOME"), image_env("PSO_WORK_DIR")]:
         assert any(Path(path).is_relative_to(mount) for mount in mounts), path
     assert {"requests", "limits"} <= manager["resources"].keys()
+
+
+def test_the_operator_outranks_every_run_pod() -> None:
+    """The operator's pods have a PriorityClass of their own; Stacks may use none by default.
+
+    So the scheduler never preempts the operator for a run pod.
+    """
+    objects = render("default")
+    pod = pick(objects, "Deployment")["spec"]["template"]["spec"]
+    priority = pick(objects, "PriorityClass")
+    assert pod["priorityClassName"] == priority["metadata"]["name"]
+    assert priority["value"] > 0
+    assert priority["globalDefault"] is False
+    assert deployed_config("default").tenancy.allowed_priority_classes == frozenset()
+
+
+def test_tenancy_flags_default_to_the_safe_choice() -> None:
+    """No priority class, no wildcard toleration, only the default ServiceAccount by name."""
+    tenancy = deployed_config("default").tenancy
+    assert not tenancy.allow_any_toleration
+    assert tenancy.allowed_service_accounts == frozenset({"default"})
+    assert deployed_config("default").max_run_timeout == 86400
 
 
 def test_image_and_command_are_the_projects() -> None:
@@ -333,6 +374,40 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     [endpoint] = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
     assert endpoint["honorLabels"] is True
+    assert_scrapes_securely(endpoint)
+
+
+def assert_scrapes_securely(endpoint: dict[str, Any]) -> None:
+    """HTTPS with the scraper's token, whose account may get /metrics and nothing else."""
+    assert endpoint["scheme"] == "https"
+    assert endpoint["authorization"]["type"] == "Bearer"
+    scraper = render("prometheus/reader")
+    secret = pick(scraper, "Secret", endpoint["authorization"]["credentials"]["name"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert endpoint["authorization"]["credentials"]["key"] == "token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    [binding] = [
+        obj
+        for obj in scraper
+        if obj["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and any(subject["name"] == account for subject in obj["subjects"])
+    ]
+    reader = pick(render("default"), "ClusterRole", binding["roleRef"]["name"])
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_network_policy_admits_only_scrapers_to_the_metrics_port() -> None:
+    """It selects the operator's pods and opens their metrics port to labelled namespaces."""
+    policy = pick(render("network-policy"), "NetworkPolicy")
+    labels = pick(render("default"), "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    [source] = rule["from"]
+    assert source == {
+        "namespaceSelector": {"matchLabels": {"pulumi-stack-operator.dev/metrics": "true"}}
+    }
 
 
 def test_pod_monitor_scrapes_the_operator_pods() -> None:
@@ -345,6 +420,7 @@ def test_pod_monitor_scrapes_the_operator_pods() -> None:
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics"
     assert endpoint["honorLabels"] is True
+    assert_scrapes_securely(endpoint)
 
 
 def rule_groups() -> list[dict[str, Any]]:
@@ -826,12 +902,57 @@ def test_dry_run_on_a_real_apiserver(
     ]
     if not objects:
         pytest.skip(f"{directory}: only monitoring objects, and their CRDs are unobtainable")
+    for served in SERVED if directory == "overlays/namespaces" else ():
+        control_plane.kubectl("create", "namespace", served, check=False)
     target = namespace if directory == "samples" else None
     proc = dry_run(control_plane, objects, tmp_path / "objects.yaml", target)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
     applied = [line for line in proc.stdout.splitlines() if line.endswith("(server dry run)")]
     assert len(applied) == len(objects), proc.stdout
+
+
+@pytest.mark.integration
+def test_the_priority_quota_keeps_a_namespace_below_the_operator(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """The sample quota refuses a pod of the operator's class; an ordinary pod is admitted.
+
+    The real quota controller (kube-controller-manager, that controller only) counts the
+    namespace, as in a cluster; the API server's admission then refuses the pod.
+    """
+    priority = pick(render("default"), "PriorityClass")
+    quota = pick(render("samples"), "ResourceQuota")
+    quota["metadata"]["namespace"] = namespace
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all([priority, quota]))
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    quotas = ControllerManager(
+        controller_manager_binary_or_skip(), control_plane, tmp_path / "kcm", ("resourcequota",)
+    )
+    quotas.start()
+    try:
+        core = client.CoreV1Api(api_client)
+
+        def counted() -> bool:
+            found = core.read_namespaced_resource_quota(quota["metadata"]["name"], namespace)
+            return found.status is not None and bool(found.status.hard)
+
+        wait_for(counted, "the quota controller to count the namespace", 60)
+        with pytest.raises(client.ApiException) as refused:
+            core.create_namespaced_pod(namespace, pod("critical", priority["metadata"]["name"]))
+        assert refused.value.status == 403
+        assert "exceeded quota: no-critical-priority" in str(refused.value.body)
+        core.create_namespaced_pod(namespace, pod("ordinary", None))
+    finally:
+        quotas.stop()
+
+
+def pod(name: str, priority_class: str | None) -> client.V1Pod:
+    """A pod of one container (never scheduled here), of ``priority_class`` if given."""
+    container = client.V1Container(name="c", image="registry.invalid/x:1")
+    spec = client.V1PodSpec(containers=[container], priority_class_name=priority_class)
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
 
 
 @pytest.mark.integration

@@ -27,9 +27,18 @@ README = MANIFESTS.parent / "README.md"
 HEADER = "| API group | resource | verbs | why |"
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 LEADER_ELECTION = f"{SERVICE_ACCOUNT}-leader-election"
+METRICS_AUTH = f"{SERVICE_ACCOUNT}-metrics-auth"
+METRICS_READER = f"{SERVICE_ACCOUNT}-metrics-reader"
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
 
 Permission = tuple[str, str, str]  # (API group, resource, verb); the core group is ""
+REVIEWS: frozenset[Permission] = frozenset(
+    {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+)
+"""The --metrics-secure reviews: cluster-scoped, granted in every install."""
 
 
 def table() -> set[Permission]:
@@ -52,6 +61,7 @@ def granted(role: dict[str, object]) -> set[Permission]:
     found: set[Permission] = set()
     for rule in role["rules"]:  # type: ignore[attr-defined]
         assert "resourceNames" not in rule
+        assert "nonResourceURLs" not in rule
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         found |= {
             (group, resource, verb)
@@ -71,23 +81,60 @@ def test_readme_table_is_read() -> None:
 
 
 def test_cluster_role_is_the_table() -> None:
-    """ClusterRole + leader-election Role grant exactly the table, the Lease only by Role."""
+    """ClusterRoles + leader-election Role grant exactly the table, the Lease only by Role.
+
+    The metrics reviews (cluster-scoped) have a ClusterRole of their own, kept in every
+    install; nothing else is in two places.
+    """
     objects = render("default")
     cluster = granted(pick(objects, "ClusterRole", SERVICE_ACCOUNT))
+    reviews = granted(pick(objects, "ClusterRole", METRICS_AUTH))
     leases = granted(pick(objects, "Role", LEADER_ELECTION))
-    assert cluster | leases == table()
+    assert cluster | reviews | leases == table()
     assert not cluster & leases
+    assert not cluster & reviews
     assert {resource for _, resource, _ in leases} == {"leases"}
+    assert {resource for _, resource, _ in reviews} == {"tokenreviews", "subjectaccessreviews"}
 
 
 def test_single_namespace_role_is_the_table() -> None:
-    """The overlay's Role + leader-election Role grant exactly the table, and no ClusterRole."""
+    """The overlay's Role + leader-election Role + metrics reviews grant exactly the table.
+
+    No cluster-wide grant of anything but the reviews.
+    """
     objects = render("overlays/single-namespace")
-    assert not [obj for obj in objects if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
+    cluster_wide = {
+        (obj["kind"], obj["metadata"]["name"])
+        for obj in objects
+        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}
+    }
+    assert cluster_wide == {
+        ("ClusterRole", METRICS_AUTH),
+        ("ClusterRole", METRICS_READER),
+        ("ClusterRoleBinding", f"{METRICS_AUTH}.pulumi-stack-operator-system"),
+    }
     role = granted(pick(objects, "Role", SERVICE_ACCOUNT))
     leases = granted(pick(objects, "Role", LEADER_ELECTION))
-    assert role | leases == table()
+    reviews = granted(pick(objects, "ClusterRole", METRICS_AUTH))
+    assert role | leases | reviews == table()
     assert role == granted(pick(render("default"), "ClusterRole", SERVICE_ACCOUNT))
+
+
+def test_namespaces_overlay_grants_the_cluster_role_only_where_it_watches() -> None:
+    """overlays/namespaces: the ClusterRole bound by a RoleBinding per watched namespace."""
+    objects = render("overlays/namespaces")
+    bindings = [obj for obj in objects if obj["kind"] == "ClusterRoleBinding"]
+    assert {b["roleRef"]["name"] for b in bindings} == {METRICS_AUTH}
+    granted_in = {
+        obj["metadata"]["namespace"]
+        for obj in objects
+        if obj["kind"] == "RoleBinding" and obj["roleRef"]["name"] == SERVICE_ACCOUNT
+    }
+    assert granted_in == {"team-a", "team-b"}
+    [manager] = pick(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {var["name"]: var.get("value") for var in manager["env"]}
+    assert set(env["WATCH_NAMESPACE"].split(",")) == granted_in
+    assert env["PSO_RUN_IMAGE"] == manager["image"]
 
 
 # -- with the ServiceAccount's own token ---------------------------------------------------
@@ -168,7 +215,10 @@ def test_cluster_wide_token_has_exactly_the_table(
 def test_single_namespace_token_is_confined(
     control_plane: ControlPlane, api_client: client.ApiClient, namespace: str
 ) -> None:
-    """Installed for its own namespace, the token gets the table there and nothing elsewhere."""
+    """Installed for its own namespace, the token gets the table there and nothing elsewhere.
+
+    Nothing but the metrics reviews, which are cluster-scoped (no namespace to confine).
+    """
     elsewhere = new_namespace(api_client)
     kubeconfig = operator_kubeconfig(control_plane, namespace, watch=[namespace])
     wrong = []
@@ -176,9 +226,39 @@ def test_single_namespace_token_is_confined(
         for permission in all_verbs():
             if can_i(api, permission, namespace) == refused(permission):
                 wrong.append((permission, namespace))
-            if can_i(api, permission, elsewhere):
+            if can_i(api, permission, elsewhere) != (permission in REVIEWS):
                 wrong.append((permission, elsewhere))
         assert not can_i(api, (GROUP, "stacks", "list"), None)
+    assert wrong == []
+
+
+@pytest.mark.integration
+def test_a_token_serving_some_namespaces_reaches_no_other(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str
+) -> None:
+    """overlays/namespaces: the table in each served namespace, nothing in the others.
+
+    Not ``kube-system``, not a fresh one: no pods created there, no Secrets read, so a
+    compromise of the operator is not a compromise of the cluster. The reviews excepted.
+    """
+    served = [new_namespace(api_client), new_namespace(api_client)]
+    outside = [new_namespace(api_client), "kube-system"]
+    kubeconfig = operator_kubeconfig(control_plane, namespace, watch=served, cluster_role=True)
+    with control_plane.api_client(kubeconfig) as api:
+
+        def expected(permission: Permission, where: str) -> bool:
+            if where in served:
+                return not refused(permission) and permission[1] != "leases"
+            return permission in REVIEWS
+
+        wrong = [
+            (permission, where)
+            for permission in all_verbs()
+            for where in (*served, *outside)
+            if can_i(api, permission, where) != expected(permission, where)
+        ]
+        assert not can_i(api, (GROUP, "stacks", "list"), None)
+        assert not can_i(api, ("", "pods", "create"), "kube-system")
     assert wrong == []
 
 

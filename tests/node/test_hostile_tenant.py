@@ -5,7 +5,8 @@ read a Secret of namespace B, patch B's Stack and write B's status (dry runs: al
 not, nothing changes), find B's passphrase in any process it can see, and B's checkout. Its
 Stack's ``attempts`` output says what each try got. B's Stack is compared before and after.
 
-``--runner=pod``: every try fails (403, the tenant's own identity, nothing found).
+``--runner=pod``: every try fails (403, the tenant's own identity, nothing found), the
+operator's /metrics included (401 without a token, 403 with the tenant's).
 ``--runner=local``: the same program acts as the operator. That is what the README says
 of the local runner: one trust domain.
 """
@@ -52,13 +53,16 @@ def victim_view(stacks: Stacks, name: str) -> dict[str, Any]:
     }
 
 
-def attack(attacker: Stacks, body: dict[str, Any], victim: Stacks) -> dict[str, Any]:
+def attack(
+    attacker: Stacks, body: dict[str, Any], victim: Stacks, metrics_url: str
+) -> dict[str, Any]:
     """Run the hostile Stack against ``victim``'s Stack ``VICTIM``; its attempts."""
     body["spec"]["config"] = {
         **{k: v for k, v in body["spec"]["config"].items() if k != "content"},
         "victimNamespace": victim.namespace,
         "victimStack": VICTIM,
         "victimSecret": "pulumi-secrets",
+        "metricsUrl": metrics_url,
     }
     before = victim_view(victim, VICTIM)
     attacker.create(body)
@@ -79,14 +83,22 @@ def pod_victim(node_cluster: Any, pod_tenant: Stacks, tmp_path: Path) -> Iterato
 
 
 def test_under_the_pod_runner_a_hostile_program_reaches_nothing(
-    pod_tenant: Stacks, pod_victim: Stacks, node_git: GitServer, tmp_path: Path
+    node_cluster: Any,
+    pod_tenant: Stacks,
+    pod_victim: Stacks,
+    node_git: GitServer,
+    tmp_path: Path,
 ) -> None:
-    """Every try fails and shows as such in A's Stack; B is untouched."""
+    """Every try fails and shows as such in A's Stack; B is untouched.
+
+    The operator's /metrics (every tenant's Stacks) answers 401 without a token and 403
+    with the tenant's own.
+    """
     files = Program(node_git, tmp_path)
     pod_victim.create(pod_stack(pod_victim, VICTIM, files))
     pod_victim.wait_ready(VICTIM, timeout=300)
     body = pod_stack(pod_tenant, "intruder-pod", hostile_program(node_git, tmp_path))
-    attempts = attack(pod_tenant, body, pod_victim)
+    attempts = attack(pod_tenant, body, pod_victim, deployment.metrics_url(node_cluster))
     assert attempts == {
         "identity": f"system:serviceaccount:{pod_tenant.namespace}:default",
         "listStacks": 403,
@@ -95,6 +107,8 @@ def test_under_the_pod_runner_a_hostile_program_reaches_nothing(
         "writeStatus": 403,
         "foreignPassphrase": False,
         "foreignCheckout": False,
+        "readMetrics": 403,
+        "readMetricsAnonymously": 401,
     }, json.dumps(attempts)
 
 
@@ -114,7 +128,7 @@ def test_under_the_local_runner_the_same_program_acts_as_the_operator(
         victim.create(stack_manifest(victim, VICTIM, files))
         victim.wait_ready(VICTIM, timeout=300)
         body = stack_manifest(tenant, "intruder-local", hostile_program(node_git, tmp_path))
-        attempts = attack(tenant, body, victim)
+        attempts = attack(tenant, body, victim, deployment.metrics_url(node_cluster))
     assert attempts["identity"] == OPERATOR_IDENTITY
     assert (attempts["listStacks"], attempts["readSecret"]) == (200, 200)
     assert (attempts["patchStack"], attempts["writeStatus"]) == (200, 200)

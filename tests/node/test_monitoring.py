@@ -1,12 +1,12 @@
 """Prometheus (Debian's) scraping the operator's pod on the node, and its alerts firing.
 
 Prometheus runs on the host and scrapes the pods behind the metrics Service, as a
-ServiceMonitor has it do: Debian builds Prometheus without Kubernetes service discovery,
-so the test reads the Service's EndpointSlices from the API and hands their addresses to
-Prometheus through file-based discovery, labelled with the pod, as the ServiceMonitor's
-relabelling does. Its rules are ``manifests/prometheus/rules`` with every
-``for`` shortened to ``0s`` (the expressions untouched), so that an alert fires within
-the test instead of after ten minutes.
+ServiceMonitor has it do (HTTPS, with a token bound to the metrics reader role). Debian
+builds Prometheus without Kubernetes service discovery, so the test reads the Service's
+EndpointSlices from the API and hands their addresses to Prometheus through file-based
+discovery, labelled with the pod, as the ServiceMonitor's relabelling does. Its rules are
+``manifests/prometheus/rules`` with every ``for`` shortened to ``0s`` (the expressions
+untouched), so that an alert fires within the test instead of after ten minutes.
 """
 
 from __future__ import annotations
@@ -71,23 +71,37 @@ def service_targets(node_cluster: Any) -> list[dict[str, Any]]:
     return groups
 
 
-def scrape_config(targets: Path) -> dict[str, Any]:
-    """Scrape the targets listed in ``targets`` (file-based service discovery)."""
-    return {"job_name": JOB, "file_sd_configs": [{"files": [str(targets)]}]}
+def scrape_config(targets: Path, token: Path) -> dict[str, Any]:
+    """Scrape the targets in ``targets`` (file discovery) as the ServiceMonitor does.
+
+    HTTPS, the bearer token in the file ``token``, the certificate unverified.
+    """
+    return {
+        "job_name": JOB,
+        "file_sd_configs": [{"files": [str(targets)]}],
+        "scheme": "https",
+        "authorization": {"credentials_file": str(token)},
+        "tls_config": {"insecure_skip_verify": True},
+    }
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
-    """Debian's Prometheus on the host, scraping the targets in ``targets.json`` beside it."""
+def prometheus(node_cluster: Any, tmp_path: Path) -> Iterator[Prometheus]:
+    """Debian's Prometheus on the host, scraping the targets in ``targets.json`` beside it.
+
+    It holds the token of a ServiceAccount bound to the metrics reader role.
+    """
     binary = find_binary("prometheus")
     if binary is None:
         pytest.skip(f"Debian's prometheus is not installed ({INSTALL_HINT})")
     targets = tmp_path / "targets.json"
     targets.write_text("[]")
+    token = tmp_path / "token"
+    token.write_text(deployment.reader_token(node_cluster))
     server = Prometheus(
         binary,
         tmp_path / "prometheus",
-        scrape_configs=[scrape_config(targets)],
+        scrape_configs=[scrape_config(targets, token)],
         rule_files=[rule_file(tmp_path)],
     )
     server.start()

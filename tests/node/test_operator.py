@@ -43,6 +43,10 @@ def test_deployment_rolls_out_as_the_manifests_say(
     name = pod["metadata"]["name"]
     spec = pod["spec"]["containers"][0]
     assert spec["image"] == image_ref
+    # Its own PriorityClass, above every run pod (whose classes --allowed-priority-classes
+    # limits, to none by default): a tenant's run pod never preempts it.
+    assert pod["spec"]["priorityClassName"] == deployment.NAME
+    assert pod["spec"]["priority"] == 1_000_000
     pid = deployment.container_process(pod)
     assert deployment.process_uid(pid) == UID
     assert "ro" in deployment.root_mount_options(pid)

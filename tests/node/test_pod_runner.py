@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from reconcile.tenancy import RUNNER_LABEL
 from testbed.git_server import GitServer
 from testbed.node import deployment
 from testbed.node.deployment import NAMESPACE
@@ -83,8 +84,10 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
 ) -> None:
     """The run pod: the Stack's SA, restricted, Secrets by reference; Ready; then gone."""
     core = pod_tenant.core
+    # Opted in by the namespace's admin: Stacks may run as it.
+    opted_in = client.V1ObjectMeta(name="deployer", labels={RUNNER_LABEL: "true"})
     core.create_namespaced_service_account(
-        pod_tenant.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="deployer"))
+        pod_tenant.namespace, client.V1ServiceAccount(metadata=opted_in)
     )
     pod_tenant.secret("app", {"token": sentinels.secret_config})
     program = Program(node_git, tmp_path)

@@ -68,6 +68,10 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
+# The pod runner: whether a Stack's ServiceAccount is one Stacks may run as (its label).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   # patch raises the count of a repeated Event.
@@ -79,7 +83,20 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail "replicas > 1 needs leaderElection.enabled: without a Lease every replica would reconcile every Stack" -}}
 {{- end -}}
+{{- if and .Values.networkPolicy.enabled (not .Values.metrics.secure) -}}
+{{- fail "networkPolicy.enabled needs metrics.secure: the policy admits the scrapers' namespaces, the token check admits the scrapers" -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes that Service" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The operator's PriorityClass: the chart's own, or one that exists. */}}
+{{- define "pso.priorityClassName" -}}
+{{- default (include "pso.fullname" .) .Values.priorityClass.name -}}
+{{- end -}}
+
+{{/* The metrics port: 8443 over HTTPS (metrics.secure), else 8080. */}}
+{{- define "pso.metricsPort" -}}
+{{- if .Values.metrics.secure }}8443{{ else }}8080{{ end -}}
 {{- end -}}

@@ -1,7 +1,8 @@
 """A hostile tenant's program: it tries to act beyond its own Stack and reports what worked.
 
 Config: ``victimNamespace`` and ``victimStack`` (another tenant's Stack), ``victimSecret``
-(a Secret of that namespace), ``workRoot`` (where the local runner keeps checkouts).
+(a Secret of that namespace), ``workRoot`` (where the local runner keeps checkouts),
+``metricsUrl`` (the operator's /metrics, which names every tenant's Stacks).
 
 Output ``attempts``: for each try, what came back: an HTTP status for API calls (200: it
 worked; writes are dry runs, so nothing changes even when allowed), the identity its token
@@ -24,6 +25,7 @@ victim_ns = config.require("victimNamespace")
 victim = config.require("victimStack")
 secret = config.require("victimSecret")
 work_root = config.get("workRoot") or "/var/lib/pulumi-stack-operator"
+metrics_url = config.get("metricsUrl")
 
 
 def read(path):
@@ -75,6 +77,24 @@ def call(server, token, method, path, body=None):
         return f"unreachable: {type(err).__name__}"
 
 
+def scrape(url, token):
+    """GET the operator's metrics (its certificate unverified, as a scan would)."""
+    if not url:
+        return "no url"
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (OSError, ValueError) as err:
+        return f"unreachable: {type(err).__name__}"
+
+
 token = read(f"{ACCOUNT}/token").decode().strip()
 server = api_server()
 stack_path = f"/apis/pulumi.com/v1/namespaces/{victim_ns}/stacks/{victim}"
@@ -92,5 +112,7 @@ attempts = {
     ),
     "foreignPassphrase": bool(passphrases - {own, None}),
     "foreignCheckout": os.path.isdir(f"{work_root}/{victim_ns}/{victim}/source"),
+    "readMetrics": scrape(metrics_url, token),
+    "readMetricsAnonymously": scrape(metrics_url, None),
 }
 pulumi.export("attempts", attempts)
