@@ -156,10 +156,13 @@ def _server_context() -> ssl.SSLContext:
     return context
 
 
-def _self_signed_context() -> ssl.SSLContext:
-    """A context serving a new self-signed certificate for this host (valid one year)."""
+SELF_SIGNED_NAME = "pulumi-stack-operator-metrics"
+
+
+def write_self_signed(directory: Path, common_name: str = SELF_SIGNED_NAME) -> None:
+    """A new self-signed pair for this host (a year) as ``tls.crt`` and ``tls.key`` (0600)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pulumi-stack-operator-metrics")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
     names: list[x509.GeneralName] = [
         x509.DNSName(socket.gethostname()),
@@ -177,21 +180,25 @@ def _self_signed_context() -> ssl.SSLContext:
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .sign(key, hashes.SHA256())
     )
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(directory / "tls.key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+
+
+def _self_signed_context() -> ssl.SSLContext:
+    """A context serving a new self-signed certificate (``write_self_signed``)."""
     context = _server_context()
     # load_cert_chain reads files only: a private directory, removed at once.
     with tempfile.TemporaryDirectory(prefix="metrics-tls-") as directory:
-        cert_path, key_path = Path(directory) / "tls.crt", Path(directory) / "tls.key"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(
-                key.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
-        context.load_cert_chain(cert_path, key_path)
+        write_self_signed(Path(directory))
+        context.load_cert_chain(Path(directory) / "tls.crt", Path(directory) / "tls.key")
     return context
 
 

@@ -9,7 +9,6 @@ and a certificate rotated on disk.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import socket
 import ssl
@@ -19,14 +18,19 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
 
 from controller.clock import FakeClock, RealClock
-from controller.metrics_server import CACHE_TTL, Certificates, Reviewer, SecureMetricsServer
+from controller.metrics_server import (
+    CACHE_TTL,
+    SELF_SIGNED_NAME,
+    Certificates,
+    Reviewer,
+    SecureMetricsServer,
+    write_self_signed,
+)
 from testbed.control_plane import ControlPlane
 from testbed.rbac import METRICS_READER, operator_kubeconfig
 from testbed.scraper import get_metrics, scraper_token
@@ -143,31 +147,6 @@ def test_answers_are_cached_per_token_for_the_ttl() -> None:
     assert reviewer.calls == 3
 
 
-def write_pair(directory: Path, common_name: str) -> None:
-    """A self-signed certificate for ``common_name`` as ``tls.crt`` and ``tls.key``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
 def served_name(url: str) -> str:
     """The common name of the certificate ``url``'s server presents."""
     host, port = url.removeprefix("https://").split("/")[0].split(":")
@@ -187,12 +166,12 @@ def served_name(url: str) -> str:
 
 def test_a_certificate_renewed_on_disk_is_served_to_the_next_connection(tmp_path: Path) -> None:
     """``--metrics-cert-dir``: the pair is read again when its files change (cert-manager)."""
-    write_pair(tmp_path, "first")
+    write_self_signed(tmp_path, "first")
     certificates = Certificates(tmp_path)
     reviewer = CountingReviewer({}, FakeClock())
     with serving(reviewer, certificates) as url:
         assert served_name(url) == "first"
-        write_pair(tmp_path, "second")
+        write_self_signed(tmp_path, "second")
         later = (tmp_path / "tls.crt").stat().st_mtime + 5
         for name in ("tls.crt", "tls.key"):
             os.utime(tmp_path / name, (later, later))
@@ -203,4 +182,4 @@ def test_without_a_directory_the_certificate_is_self_signed_for_this_host() -> N
     """No ``--metrics-cert-dir``: a self-signed certificate made at start-up."""
     reviewer = CountingReviewer({}, FakeClock())
     with serving(reviewer, Certificates(None)) as url:
-        assert served_name(url) == "pulumi-stack-operator-metrics"
+        assert served_name(url) == SELF_SIGNED_NAME

@@ -59,31 +59,8 @@ def identity(token):
         return "no token"
 
 
-def call(server, token, method, path, body=None):
-    if server is None or not token:
-        return "no api server or token"
-    context = ssl.create_default_context(cafile=f"{ACCOUNT}/ca.crt")
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server + path, data=data, method=method)
-    request.add_header("Authorization", f"Bearer {token}")
-    if body is not None:
-        request.add_header("Content-Type", "application/merge-patch+json")
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
-    except (OSError, ValueError) as err:
-        return f"unreachable: {type(err).__name__}"
-
-
-def scrape(url, token):
-    """GET the operator's metrics (its certificate unverified, as a scan would)."""
-    if not url:
-        return "no url"
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    request = urllib.request.Request(url)
+def status(request, context, token):
+    """The HTTP status ``request`` gets (with ``token`` as bearer, if any), or why none."""
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -93,6 +70,26 @@ def scrape(url, token):
         return err.code
     except (OSError, ValueError) as err:
         return f"unreachable: {type(err).__name__}"
+
+
+def call(server, token, method, path, body=None):
+    if server is None or not token:
+        return "no api server or token"
+    context = ssl.create_default_context(cafile=f"{ACCOUNT}/ca.crt")
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server + path, data=data, method=method)
+    if body is not None:
+        request.add_header("Content-Type", "application/merge-patch+json")
+    return status(request, context, token)
+
+
+def scrape(url, token):
+    """GET the operator's metrics (its certificate unverified, as a scan would)."""
+    if not url:
+        return "no url"
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return status(urllib.request.Request(url), context, token)
 
 
 token = read(f"{ACCOUNT}/token").decode().strip()
