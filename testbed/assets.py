@@ -14,9 +14,11 @@ repository:
 5. otherwise it builds into the cache.
 
 Builds are atomic (a temporary directory, a smoke check, then a rename) and safe when
-two runs race (one file lock around all builds). Nothing here is downloaded from a
-release page: every binary is compiled with ``go build`` from modules served by the Go
-module proxy.
+two runs race (a file lock per recipe). ``hack/test-assets`` builds the missing recipes
+side by side (``TEST_ASSET_JOBS``, default 2: one recipe downloads modules while another
+compiles), every recipe with the one Go build cache, and ends with what each one cost.
+Nothing here is downloaded from a release page: every binary is compiled with
+``go build`` from modules served by the Go module proxy.
 
 Run it as ``hack/test-assets [--print-env] [--with node|helm|pko|kubernetes]``; the test
 fixtures import it.
@@ -36,8 +38,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ETCD_VERSION = "3.6.16"
@@ -110,8 +114,13 @@ def cache_root() -> Path:
     return Path(base) / "pulumi-stack-operator-testbin"
 
 
+_building = threading.local()  # .name: the recipe this thread builds, for the log prefix
+
+
 def _log(message: str) -> None:
-    print(f"[test-assets] {message}", file=sys.stderr, flush=True)
+    recipe = getattr(_building, "name", "")
+    prefix = f"test-assets:{recipe}" if recipe else "test-assets"
+    print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
 
 
 def go_platform() -> str:
@@ -574,13 +583,15 @@ _RECIPES = {
 
 
 @contextlib.contextmanager
-def _cache_lock(cache: Path) -> Iterator[None]:
+def _cache_lock(cache: Path, name: str) -> Iterator[None]:
+    """Hold ``cache/.lock-<name>``: one build of a recipe at a time across processes."""
     cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".lock").open("w") as handle:
+    lock = cache / f".lock-{name}"
+    with lock.open("w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _log(f"waiting for another build to release {cache / '.lock'}")
+            _log(f"waiting for another build to release {lock}")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -618,9 +629,12 @@ def _cached(recipe: _Recipe) -> Path | None:
     return None
 
 
+_costs: dict[str, float] = {}  # recipe name -> seconds its build took in this process
+
+
 def _build(recipe: _Recipe, go: _Go) -> Path:
     final = _cache_dir(recipe, go.version)
-    with _cache_lock(cache_root()):
+    with _cache_lock(cache_root(), recipe.name):
         if (final / ".complete").exists():  # another run built it while we waited
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -652,7 +666,9 @@ def _build(recipe: _Recipe, go: _Go) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        _log(f"built {recipe.name} in {time.monotonic() - started:.0f}s -> {final}")
+        seconds = time.monotonic() - started
+        _costs[recipe.name] = seconds
+        _log(f"built {recipe.name} in {seconds:.0f}s -> {final}")
         return final
 
 
@@ -807,6 +823,64 @@ def ensure_assets(*, build: bool = True) -> Assets:
     )
 
 
+def _jobs() -> int:
+    try:
+        return max(1, int(os.environ.get("TEST_ASSET_JOBS", "2")))
+    except ValueError:
+        return 2
+
+
+def _named(name: str, find: Callable[[], Path]) -> Callable[[], Path]:
+    """``find`` run with ``name`` as this thread's log prefix."""
+
+    def run() -> Path:
+        _building.name = name
+        try:
+            return find()
+        finally:
+            _building.name = ""
+
+    return run
+
+
+def _find_all(extra: Sequence[str], *, build: bool) -> tuple[Assets, dict[str, str]]:
+    """Find every binary, building the missing recipes ``_jobs()`` at a time.
+
+    The longest builds are started first; the node's binaries come after kube-apiserver's
+    in one task, so that the packages they share are compiled once, into the build cache.
+    """
+
+    def kube() -> Path:
+        found = find_kube_binary("kube-apiserver", build=build)
+        if "node" in extra:
+            find_built("node", build=build)
+        return found
+
+    tasks: dict[str, Callable[[], Path]] = {}
+    for name in ("kubernetes", "pko"):
+        if name in extra:
+            tasks[name] = lambda name=name: find_built(name, build=build)  # type: ignore[misc]
+    tasks["pulumi"] = lambda: find_pulumi(build=build)
+    tasks["kube"] = kube
+    if "helm" in extra:
+        tasks["helm"] = lambda: find_built("helm", build=build)
+    tasks["etcd"] = lambda: find_kube_binary("etcd", build=build)
+    with ThreadPoolExecutor(max_workers=_jobs()) as pool:
+        futures = {key: pool.submit(_named(key, task)) for key, task in tasks.items()}
+        found = {key: future.result() for key, future in futures.items()}
+    assets = Assets(
+        etcd=found["etcd"],
+        kube_apiserver=found["kube"],
+        kubectl=find_kube_binary("kubectl", build=build),
+        pulumi_bin=found["pulumi"],
+    )
+    extras = {
+        f"{_env_name(_RECIPES[name].name)}_DIR": str(find_built(name, build=build))
+        for name in extra
+    }
+    return assets, extras
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: find or build, then print where everything is."""
     parser = argparse.ArgumentParser(prog="hack/test-assets", description=__doc__.split("\n")[0])
@@ -830,16 +904,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        assets = ensure_assets(build=not args.no_build)
-        extras = {
-            f"{_env_name(_RECIPES[name].name)}_DIR": str(find_built(name, build=not args.no_build))
-            for name in args.extra
-        }
+        assets, extras = _find_all(list(dict.fromkeys(args.extra)), build=not args.no_build)
     except AssetError as err:
         print(f"hack/test-assets: {err}", file=sys.stderr)
         return 1
     for key, value in {**assets.env(), **extras}.items():
         print(f"export {key}={value}" if args.print_env else f"{key}={value}")
+    for name, seconds in _costs.items():
+        _log(f"cost: {name} {seconds:.0f}s")
     _log(f"ready in {time.monotonic() - started:.1f}s (cache {cache_root()})")
     return 0
 
