@@ -30,7 +30,7 @@ from tests.e2e.waits import reconciles, status_writes, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 
-QUIET_WINDOW = 15.0  # seconds watched after the first Stalled version
+QUIET_WINDOW = 8.0  # seconds watched after the first Stalled version (4 resyncs)
 MIN_REEVALUATIONS = 3  # reconciles in the window: the operator did look again (E2E resync: 2 s)
 HANDFUL = 3  # status writes allowed in the window (a stall that stays needs none)
 SOURCE_STALLS = ("SourceUnavailable", "InvalidSpec")

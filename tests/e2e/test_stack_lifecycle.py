@@ -1,9 +1,12 @@
 """A Stack's life with the real operator, control plane, Pulumi CLI and git server.
 
-Every scenario but the last runs under both runners (``tests.e2e.beds``): ``local`` and
+A scenario that wires the runner (a run, its outcome, a destroy, a preview, progress, locks,
+an operator stopped mid-run) runs under both runners (``tests.e2e.beds``): ``local`` and
 ``pod`` (each run a pod on the real node). Where the runners promise different things
 (an operator stopped mid-run: ``local`` interrupts the run, ``pod`` leaves it to its pod),
-the scenario says which it checks.
+the scenario says which it checks. One decided before any run starts (an invalid spec,
+prerequisites, suspend, the failure cap) is the reconciler's alone and runs under ``local``:
+the runner never sees it, and the reconciler's unit tests hold every branch.
 """
 
 from __future__ import annotations
@@ -123,7 +126,6 @@ def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
     assert stacks.target("flaky").read_text() == "fixed"
 
 
-@both_runners
 def test_failure_cap_stalls_and_a_reconcile_request_retries(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -146,7 +148,6 @@ def test_failure_cap_stalls_and_a_reconcile_request_retries(
     assert len(obj["status"]["history"]) == runs + 1, "a run between the stall and the request"
 
 
-@both_runners
 def test_invalid_spec_stalls_without_crashing(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -163,20 +164,6 @@ def test_invalid_spec_stalls_without_crashing(
     assert [e.type for e in events if e.reason == "InvalidSpec"] == ["Warning"]
 
 
-@both_runners
-def test_missing_secret_stalls_then_recovers_when_created(
-    stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
-) -> None:
-    """A referenced Secret that does not exist stalls the Stack until it is created."""
-    del operator  # running; its teardown scans for leaked secrets
-    ref = {"token": {"type": "Secret", "secret": {"name": "late", "key": "token"}}}
-    stacks.create(stacks.manifest("waits", program, secretsRef=ref))
-    stacks.wait_reason("waits", "Stalled", "SecretNotFound")
-    stacks.secret("late", {"token": sentinels.secret_config})
-    stacks.wait_ready("waits")
-
-
-@both_runners
 def test_prerequisites_gate_a_dependent_stack(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -203,7 +190,6 @@ def test_preview_only_never_changes_resources(
     assert not stacks.target("look").exists()
 
 
-@both_runners
 def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator) -> None:
     """While suspended, spec changes are not applied; unsuspending applies them."""
     stacks.create(stacks.manifest("paused", program))

@@ -23,7 +23,15 @@ from tests.status.invariants import StackWatcher
 # Short periods so that scenarios finish in seconds (appended: a later flag wins). The
 # shutdown timeout is short so that a rollout interrupts a slow update instead of
 # draining it.
-STACK_ARGS = ("--resync-period=2", "--update-retry-base=1", "--shutdown-timeout=5")
+# A short Lease: a leader killed without releasing it is replaced in 15 s, not 60.
+STACK_ARGS = (
+    "--resync-period=2",
+    "--update-retry-base=1",
+    "--shutdown-timeout=5",
+    "--lease-duration=15",
+    "--renew-deadline=10",
+    "--retry-period=2",
+)
 LOCAL_ARGS = (*STACK_ARGS, "--runner=local")  # the local runner's scenarios
 CLAIM = "state"  # the claim on the state directory in a pod runner's tenant namespace
 
