@@ -6,6 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PACKAGES := controller reconcile status pulumi_stack_operator
 PYTEST_ARGS ?=
+# pytest-xdist workers for the tiers with real components. Most of their time waits on
+# processes (apiserver, CLI, kubelet), so 4 workers keep 2 cores busy. The node's and the
+# image's tests run one at a time in two of them (xdist groups "host" and "host-pods", each
+# with its own node cluster); the other two take the rest (tests/tiers.py says how).
+TEST_WORKERS ?= 4
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
 .DEFAULT_GOAL := help
 
@@ -26,7 +32,14 @@ venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test
 
 .PHONY: test-assets
 test-assets: ## Find or build the test binaries, helm and the Kubernetes provider (cached); as root, the node's and image's tools.
+	@# Go builds beside the Debian installs; each side says what it is doing.
+	$(MAKE) --no-print-directory -j2 test-assets-go test-assets-host
+
+.PHONY: test-assets-go test-assets-host
+test-assets-go:
 	hack/test-assets --with helm --with kubernetes
+
+test-assets-host:
 	hack/install-prometheus
 	hack/install-image-tools
 	hack/install-node
@@ -50,7 +63,19 @@ fmt: venv ## Format and autofix.
 
 .PHONY: test
 test: venv lint test-assets ## Lint, build what is missing, then run the whole test suite.
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: venv ## The fast tier: no real component, no binary to build (under 2 minutes).
+	$(PY) -m pytest --tier=unit -n 2 $(PYTEST_ARGS)
+
+.PHONY: test-e2e
+test-e2e: venv test-assets ## Real control plane, CLI, git, Prometheus and helm; not the node's or the image's.
+	$(PY) -m pytest --tier=e2e $(XDIST) $(PYTEST_ARGS)
+
+.PHONY: test-node
+test-node: venv test-assets ## The node's and the image's tests (root; their two groups side by side).
+	$(PY) -m pytest --tier=node -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: dev
 dev: venv ## Run the operator on a local control plane with a sample Stack (Ctrl-C stops all).

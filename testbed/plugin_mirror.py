@@ -22,6 +22,7 @@ import dataclasses
 import gzip
 import hashlib
 import http.server
+import os
 import shutil
 import tarfile
 import threading
@@ -91,7 +92,7 @@ def plugin_archive(plugin: Plugin, cache: Path | None = None) -> Path:
     if archive.is_file():
         return archive
     directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / f".{archive.name}.{threading.get_ident()}.tmp"
+    partial = directory / f".{archive.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     _write_archive(plugin, partial)
     partial.rename(archive)
     return archive

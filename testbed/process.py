@@ -25,26 +25,75 @@ STOP_TIMEOUT = float(os.environ.get("KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT", "20
 _recent_ports: dict[int, float] = {}
 _started: list[Process] = []
 
+# Under pytest-xdist each worker hands out ports from its own block below the kernel's
+# ephemeral range (32768-60999 on Linux), so two workers never pick the same port, and
+# no outgoing connection's ephemeral port is ever one of ours.
+WORKER_PORTS_START = 10000
+WORKER_PORTS_END = 32000
+WORKER_BLOCKS = 16  # workers beyond 16 share blocks (still checked by bind)
+_cursor = [0]  # the offset in this worker's block of the next port to try
+
 
 def started() -> list[Process]:
     """Every process started in this interpreter, running or not (for log collection)."""
     return list(_started)
 
 
+def worker_index() -> int | None:
+    """This pytest-xdist worker's number (``gw3`` is 3), or None outside a worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def worker_block(index: int) -> range:
+    """The ports worker ``gw<index>`` hands out."""
+    size = (WORKER_PORTS_END - WORKER_PORTS_START) // WORKER_BLOCKS
+    start = WORKER_PORTS_START + (index % WORKER_BLOCKS) * size
+    return range(start, start + size)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _block_port(block: range) -> int:
+    """The next bindable port of ``block`` after the last one handed out (wrapping)."""
+    for _ in range(len(block)):
+        port = block[_cursor[0] % len(block)]
+        _cursor[0] += 1
+        if port not in _recent_ports and _bindable(port):
+            return port
+    msg = f"no free port left in {block.start}-{block.stop - 1}"
+    raise ProcessError(msg)
+
+
 def free_port() -> int:
     """Return a loopback port that is free now and was not handed out in the last 2 min.
 
-    Like envtest's ``addr.Suggest``: bind to port 0, read the port, close, and remember
-    it so that two components started in quick succession never get the same one.
+    Like envtest's ``addr.Suggest``: the port is bound, closed and remembered, so that two
+    components started in quick succession never get the same one. Outside pytest-xdist
+    the kernel picks it (bind to port 0); in worker ``gwN`` it comes from the worker's own
+    block (``worker_block``), so that workers cannot race each other for one port
+    between the check and the component's own bind.
     """
     now = time.monotonic()
     for port, handed_out in list(_recent_ports.items()):
         if now - handed_out > 120:
             del _recent_ports[port]
+    index = worker_index()
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+        port = _kernel_port() if index is None else _block_port(worker_block(index))
         if port not in _recent_ports:
             _recent_ports[port] = now
             return port

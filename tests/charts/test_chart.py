@@ -218,6 +218,7 @@ def test_lint_would_catch_a_bad_value(helm: Helm) -> None:
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_default_render_is_manifests_default(helm: Helm) -> None:
     """With default values the chart renders what kustomize renders, object for object.
 
@@ -283,6 +284,7 @@ def rules_of(objects: list[Manifest], kind: str, name: str) -> list[dict[str, An
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_watch_namespaces_grants_each_and_sets_the_flag(helm: Helm) -> None:
     """A list: a Role and RoleBinding in each namespace, no ClusterRole, --namespaces set."""
     objects = render_chart(helm, {"watchNamespaces": ["team-a", "team-b"]})
@@ -315,6 +317,7 @@ def test_watch_namespaces_grants_each_and_sets_the_flag(helm: Helm) -> None:
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_one_watched_namespace_is_the_single_namespace_overlay(helm: Helm) -> None:
     """One watched namespace, the release's, configures the operator as the overlay does.
 
@@ -361,6 +364,7 @@ def test_replicas(helm: Helm) -> None:
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_service_monitor_is_manifests_prometheus_one(helm: Helm) -> None:
     """On: the ServiceMonitor is manifests/prometheus's (plus Helm's labels, extra labels).
 
@@ -480,6 +484,7 @@ def test_readers_are_bound_to_the_reader_role(helm: Helm) -> None:
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_network_policy_is_manifests_network_policy(helm: Helm) -> None:
     """Off by default; on, it is manifests/network-policy's (but for Helm's labels)."""
     assert "NetworkPolicy" not in {obj["kind"] for obj in render_chart(helm)}

@@ -26,7 +26,7 @@ from testbed.scraper import get_metrics, scraper_token
 from testbed.waits import wait_for
 from tests.charts.conftest import CHART
 
-pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.helm]
+pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.helm, pytest.mark.git]
 
 RELEASE = "helm-e2e"  # not the kustomize install's names, should both share a cluster
 FULLNAME = f"{RELEASE}-pulumi-stack-operator"

@@ -119,6 +119,7 @@ def release_file(engine: Engine, image: BuiltImage, tmp_path: Path) -> dict[str,
     return dict(line.split("=", 1) for line in out.splitlines())
 
 
+@pytest.mark.git  # the revision label comes from git
 def test_labels_name_the_base_version_and_cli(
     image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
 ) -> None:
@@ -227,6 +228,7 @@ def alias(image_engine: Engine, operator_image: BuiltImage) -> Iterator[BuiltIma
         image_engine.run("rmi", image.ref, check=False)  # untags: the id keeps the first ref
 
 
+@pytest.mark.node  # a containerd of its own imports the archive
 def test_archive_imports_into_containerd(
     operator_image: BuiltImage, alias: BuiltImage, containerd: Path
 ) -> None:

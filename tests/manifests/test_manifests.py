@@ -44,6 +44,8 @@ from tests.conftest import controller_manager_binary_or_skip
 from tests.manifests.conftest import KUSTOMIZATIONS, MANIFESTS, Manifest, pick, render
 from tests.manifests.promql import Selector, selectors, substitute
 
+pytestmark = [pytest.mark.integration, pytest.mark.prometheus]  # kubectl kustomize, promtool
+
 REPO = MANIFESTS.parent
 SYSTEM_NAMESPACE = "pulumi-stack-operator-system"
 INSTALLS = ("default", "overlays/single-namespace", "overlays/namespaces")

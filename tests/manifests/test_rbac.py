@@ -80,6 +80,7 @@ def test_readme_table_is_read() -> None:
     assert ("coordination.k8s.io", "leases", "update") in rows
 
 
+@pytest.mark.integration  # kubectl kustomize
 def test_cluster_role_is_the_table() -> None:
     """ClusterRoles + leader-election Role grant exactly the table, the Lease only by Role.
 
@@ -97,6 +98,7 @@ def test_cluster_role_is_the_table() -> None:
     assert {resource for _, resource, _ in reviews} == {"tokenreviews", "subjectaccessreviews"}
 
 
+@pytest.mark.integration  # kubectl kustomize
 def test_single_namespace_role_is_the_table() -> None:
     """The overlay's Role + leader-election Role + metrics reviews grant exactly the table.
 
@@ -120,6 +122,7 @@ def test_single_namespace_role_is_the_table() -> None:
     assert role == granted(pick(render("default"), "ClusterRole", SERVICE_ACCOUNT))
 
 
+@pytest.mark.integration  # kubectl kustomize
 def test_namespaces_overlay_grants_the_cluster_role_only_where_it_watches() -> None:
     """overlays/namespaces: the ClusterRole bound by a RoleBinding per watched namespace."""
     objects = render("overlays/namespaces")

@@ -28,7 +28,7 @@ from testbed.node.images import HTTP_SERVER_IMAGE
 from testbed.process import ProcessError
 from tests.node.cluster import node_binaries_or_skip
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 _TIMEOUT = 90.0
 

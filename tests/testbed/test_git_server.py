@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from testbed.git_server import Checkout, GitServer, git
+
+pytestmark = pytest.mark.git
 
 
 def test_commit_push_then_clone(git_server: GitServer, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ def test_prometheus_scrapes_a_counter(prometheus: Callable[[str], Prometheus]) -
 
 
 @pytest.mark.skipif(find_binary("promtool") is None, reason="Debian's prometheus is not installed")
+@pytest.mark.prometheus
 def test_promtool_accepts_clean_metrics_and_flags_bad_names() -> None:
     """Promtool passes prometheus_client output and flags a gauge named like a counter."""
     registry = CollectorRegistry()

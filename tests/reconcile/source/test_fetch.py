@@ -61,6 +61,7 @@ def test_resolve_revision_of_an_unknown_branch(git_repo: Repo) -> None:
     assert "no-such-branch" in str(caught.value)
 
 
+@pytest.mark.git
 def test_resolve_revision_defaults_to_the_ls_remote_limit(
     silent_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

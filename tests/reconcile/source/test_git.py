@@ -15,6 +15,8 @@ from testbed.git_http import GitHttpServer
 from testbed.process import free_port
 from tests.reconcile.source.helpers import OPERATIONS, SSH, Repo, operate
 
+pytestmark = pytest.mark.git
+
 # --- classification and summaries of git's stderr --------------------------------------------
 
 

@@ -128,6 +128,7 @@ def token_user_server(tmp_path: Path) -> Iterator[tuple[GitHttpServer, str]]:
         server.stop()
 
 
+@pytest.mark.git
 def test_a_token_as_url_user_name_stays_out_of_argv_and_config(
     token_user_server: tuple[GitHttpServer, str], tmp_path: Path, git_argv: list[list[str]]
 ) -> None:

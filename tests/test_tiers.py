@@ -1,0 +1,154 @@
+"""The tiers plugin: markers follow fixtures and binaries, and ``--tier`` selects by them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+CONFTEST = """
+import pytest
+
+pytest_plugins = ("tests.tiers",)
+
+@pytest.fixture
+def control_plane():
+    return "plane"
+
+@pytest.fixture
+def stack_crd(control_plane):
+    return control_plane
+
+@pytest.fixture
+def node_cluster():
+    return "node"
+"""
+
+TESTS = """
+import subprocess
+import sys
+
+import pytest
+
+def test_unit():
+    pass
+
+def test_integration(stack_crd):
+    pass
+
+def test_node(node_cluster):
+    pass
+
+def test_dynamic(request):
+    request.getfixturevalue("control_plane")
+
+def test_runs_git():
+    subprocess.run(["git", "--version"], capture_output=True, check=False)
+
+@pytest.mark.git
+def test_runs_git_marked():
+    subprocess.run(["git", "--version"], capture_output=True, check=False)
+
+def test_runs_python():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A tiny suite using the plugin."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=TESTS)
+    return pytester
+
+
+def outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """Test name -> "passed", "failed" (in any phase) or "skipped"."""
+    words: dict[str, str] = {}
+    reports = result.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
+    for report in reports:
+        name = report.nodeid.split("::", 1)[1]
+        if report.failed or words.get(name) == "failed":
+            words[name] = "failed"
+        elif report.when == "call" or report.skipped:
+            words[name] = report.outcome
+    return words
+
+
+def test_markers_follow_the_fixture_closure(suite: pytest.Pytester) -> None:
+    """A fixture's dependency marks the test; ``--tier`` keeps the tests of one tier."""
+    selected = {
+        tier: set(outcomes(suite.runpytest_inprocess(f"--tier={tier}", "-p", "no:cacheprovider")))
+        for tier in ("unit", "e2e", "node")
+    }
+    assert selected == {
+        "unit": {"test_unit", "test_dynamic", "test_runs_git", "test_runs_python"},
+        "e2e": {"test_integration", "test_runs_git_marked"},
+        "node": {"test_node"},
+    }
+
+
+def test_unmarked_real_components_fail_at_teardown(suite: pytest.Pytester) -> None:
+    """A fixture got through getfixturevalue, or git started unmarked, fails its test."""
+    result = suite.runpytest_inprocess("-p", "no:cacheprovider")
+    words = outcomes(result)
+    assert words == {
+        "test_unit": "passed",
+        "test_integration": "passed",
+        "test_node": "passed",
+        "test_dynamic": "failed",
+        "test_runs_git": "failed",
+        "test_runs_git_marked": "passed",
+        "test_runs_python": "passed",
+    }
+    text = result.stdout.str()
+    assert "control_plane (mark it 'integration')" in text
+    assert "git (mark it 'git')" in text
+
+
+def test_the_hosts_tests_share_one_xdist_group(suite: pytest.Pytester) -> None:
+    """Node tests carry the ``host`` group; others none."""
+    result = suite.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    items = {
+        i.name: i
+        for i in result.reprec.getcalls("pytest_collection_finish")[0].session.items  # type: ignore[attr-defined]
+    }
+    assert [m.args for m in items["test_node"].iter_markers("xdist_group")] == [("host",)]
+    assert not list(items["test_integration"].iter_markers("xdist_group"))
+
+
+HOST_TESTS = """
+import os
+from pathlib import Path
+
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_node(node_cluster, n):
+    Path(f"ran-{n}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+
+@pytest.mark.parametrize("n", range(6))
+def test_unit(n):
+    pass
+"""
+
+
+def test_under_xdist_the_hosts_tests_run_on_one_worker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``--dist loadgroup`` every node test runs on the same worker, one at a time."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_host=HOST_TESTS)
+    repo = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    )
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=12)
+    workers = {(pytester.path / f"ran-{n}").read_text() for n in range(6)}
+    assert len(workers) == 1, workers

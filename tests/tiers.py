@@ -1,0 +1,210 @@
+"""Tiers: every test is marked by the real components it uses, and cannot hide one.
+
+Role: a pytest plugin (registered by ``tests/conftest.py``) that
+
+- marks each collected test by the fixtures in its closure (``FIXTURE_MARKS``): a test that
+  asks for ``control_plane`` is ``integration``, one that asks for ``node_cluster`` is
+  ``node``, and so on, whether or not its module says so;
+- puts every ``node`` or ``image`` test in one of two xdist groups (``--dist loadgroup``):
+  ``host-pods`` for the end-to-end scenarios under the pod runner (``tests/e2e``), ``host``
+  for the rest. A group's tests run one at a time in one worker, against that worker's own
+  node cluster (its own network namespace, address slot, cgroups, containerd and kubelet);
+  image builds are serialised across workers by the image cache's lock. The two groups are
+  the largest work units, so xdist hands them out first, to two workers;
+- selects one tier with ``--tier``: ``unit`` (no real component: ``make test-unit``),
+  ``e2e`` (real components, but not the node's or the image's: ``make test-e2e``), ``node``
+  (the ``host`` group: ``make test-node``) or ``all`` (the default: ``make test``);
+- watches, through a Python audit hook, every process a test starts: a test that runs a
+  binary of the test bed (``BINARY_MARKS``: git, pulumi, etcd, podman…) without the marker
+  that binary needs fails at teardown, naming the marker to add. So the fast tier
+  (``--tier=unit``, ``make test-unit``) holds no real component, even one reached
+  through ``request.getfixturevalue`` or a helper.
+
+Guarantees: markers are only ever added, never removed; the audit hook records and never
+raises inside ``subprocess`` (the test under it fails cleanly at teardown instead).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
+    "control_plane": ("integration",),
+    "pulumi_env": ("pulumi",),
+    "git_server": ("git",),
+    "git_http": ("git",),
+    "git_http_v0": ("git",),
+    "prometheus": ("prometheus",),
+    "helm_binary": ("helm",),
+    # A node cluster is a control plane too; its git daemon serves the node's pods.
+    "node_cluster": ("node", "integration"),
+    "node_git": ("git",),
+    # An end-to-end scenario's surroundings (tests/e2e): a control plane (or the node's),
+    # a git server it takes by name for its runner, and the CLI the operator runs.
+    "bed": ("integration", "pulumi", "git"),
+    "operator_image": ("image",),
+    "image_ref": ("image",),
+}
+"""Fixture name -> the markers of every test whose fixture closure holds it."""
+
+BINARY_MARKS: Final[Mapping[str, str]] = {
+    "etcd": "integration",
+    "kube-apiserver": "integration",
+    "kubectl": "integration",
+    "kube-controller-manager": "integration",
+    "pulumi": "pulumi",
+    "git": "git",
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "helm": "helm",
+    "podman": "image",
+    "buildah": "image",
+    "kubelet": "node",
+    "containerd": "node",
+}
+"""Executable name -> the marker a test that starts it must carry."""
+
+HOST_MARKS: Final = ("node", "image")
+HOST_GROUP: Final = "host"
+POD_GROUP: Final = "host-pods"
+
+MARKERS: Final[Mapping[str, str]] = {
+    "integration": "needs the real control plane or its binaries (etcd, kube-apiserver, kubectl)",
+    "pulumi": "needs the real Pulumi CLI",
+    "e2e": "runs the operator end to end",
+    "git": "runs git or a real git server",
+    "prometheus": "runs Debian's prometheus or promtool",
+    "helm": "needs the helm binary built from its Go module",
+    "image": "builds or runs the operator's container image (podman, root)",
+    "node": "needs the real single-node cluster (kubelet, containerd; root)",
+}
+"""Every marker of a real component, and what it says."""
+
+BED_MARKS: Final = tuple(MARKERS)
+"""A test with any of these markers uses a real component; the others are the fast tier."""
+
+TIERS: Final = ("all", "unit", "e2e", "node")
+
+_audited = [False]  # an audit hook cannot be removed: add it once per interpreter
+_current: list[pytest.Item] = []
+_started: dict[str, list[str]] = {}  # nodeid -> executables started without their marker
+_lock = threading.Lock()
+
+
+def _executable(event_args: tuple[Any, ...]) -> str:
+    """The basename a ``subprocess.Popen`` audit event runs (argv[0] without executable)."""
+    executable, args = event_args[0], event_args[1]
+    if executable is None and isinstance(args, Sequence) and not isinstance(args, str | bytes):
+        executable = args[0] if args else ""
+    elif executable is None:
+        executable = str(args).split(" ", 1)[0]
+    return Path(os.fsdecode(executable)).name
+
+
+def _audit(event: str, event_args: tuple[Any, ...]) -> None:
+    if event != "subprocess.Popen" or not _current:
+        return
+    item = _current[-1]
+    name = _executable(event_args)
+    needed = BINARY_MARKS.get(name)
+    if needed is not None and item.get_closest_marker(needed) is None:
+        with _lock:
+            _started.setdefault(item.nodeid, []).append(f"{name} (mark it {needed!r})")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--tier``."""
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default="all",
+        help="run one tier: unit (no real component), e2e (real components but not the "
+        "node's or the image's), node (the node's and the image's), all (default)",
+    )
+
+
+def tier_of(markers: set[str]) -> str:
+    """``unit``, ``e2e`` or ``node`` for a test with these markers."""
+    if markers & set(HOST_MARKS):
+        return "node"
+    return "e2e" if markers & set(BED_MARKS) else "unit"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers and the audit hook."""
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if not _audited[0]:
+        sys.addaudithook(_audit)
+        _audited[0] = True
+
+
+def host_group(item: pytest.Item) -> str:
+    """The xdist group of a node or image test: ``host-pods`` for ``tests/e2e``, else ``host``."""
+    return POD_GROUP if "e2e" in item.path.parts else HOST_GROUP
+
+
+def marks_of(fixturenames: Sequence[str]) -> set[str]:
+    """The markers a test with these fixtures must carry."""
+    return {mark for name in fixturenames for mark in FIXTURE_MARKS.get(name, ())}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by their fixtures, group the host's tests for xdist, keep ``--tier``'s.
+
+    First of all hooks: xdist's ``loadgroup`` reads the ``xdist_group`` marks in its own
+    hook, so they must be on the items before it runs.
+    """
+    tier = config.getoption("tier")
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
+    for item in items:
+        have = {mark.name for mark in item.iter_markers()}
+        for name in sorted(marks_of(getattr(item, "fixturenames", ())) - have):
+            item.add_marker(name)
+            have.add(name)
+        if have & set(HOST_MARKS):
+            item.add_marker(pytest.mark.xdist_group(host_group(item)))
+        (kept if tier in ("all", tier_of(have)) else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Remember which test runs, for the audit hook."""
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.remove(item)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    """Fail a test that used a tier's fixture or binary without the tier's marker."""
+    yield
+    node = request.node
+    missing = sorted(
+        f"{name} (mark it {mark!r})"
+        for name in request.fixturenames
+        for mark in FIXTURE_MARKS.get(name, ())
+        if node.get_closest_marker(mark) is None
+    )
+    with _lock:
+        missing += _started.pop(node.nodeid, [])
+    if missing:
+        pytest.fail(
+            "this test uses real components its markers do not name: "
+            + ", ".join(dict.fromkeys(missing)),
+            pytrace=False,
+        )
