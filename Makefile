@@ -32,8 +32,8 @@ venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test
 
 .PHONY: test-assets
 test-assets: ## Find or build the test binaries, helm and the Kubernetes provider (cached); as root, the node's and image's tools.
-	@# Go builds beside the Debian installs; each side says what it is doing.
-	$(MAKE) --no-print-directory -j2 test-assets-go test-assets-host
+	@# One after the other: go build uses every core, and builds side by side were slower.
+	$(MAKE) --no-print-directory test-assets-go test-assets-host
 
 .PHONY: test-assets-go test-assets-host
 test-assets-go:
