@@ -54,6 +54,15 @@ def test_runs_git_marked():
 
 def test_runs_python():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_uses_a_cached_answer():
+    from tests.tiers import record_use
+    record_use("kubectl")
+
+@pytest.mark.integration
+def test_uses_a_cached_answer_marked():
+    from tests.tiers import record_use
+    record_use("kubectl")
 """
 
 
@@ -85,14 +94,20 @@ def test_markers_follow_the_fixture_closure(suite: pytest.Pytester) -> None:
         for tier in ("unit", "e2e", "node")
     }
     assert selected == {
-        "unit": {"test_unit", "test_dynamic", "test_runs_git", "test_runs_python"},
-        "e2e": {"test_integration", "test_runs_git_marked"},
+        "unit": {
+            "test_unit",
+            "test_dynamic",
+            "test_runs_git",
+            "test_runs_python",
+            "test_uses_a_cached_answer",
+        },
+        "e2e": {"test_integration", "test_runs_git_marked", "test_uses_a_cached_answer_marked"},
         "node": {"test_node"},
     }
 
 
 def test_unmarked_real_components_fail_at_teardown(suite: pytest.Pytester) -> None:
-    """A fixture got through getfixturevalue, or git started unmarked, fails its test."""
+    """Unmarked use fails: a fixture via getfixturevalue, git started, a cached kubectl answer."""
     result = suite.runpytest_inprocess("-p", "no:cacheprovider")
     words = outcomes(result)
     assert words == {
@@ -103,6 +118,8 @@ def test_unmarked_real_components_fail_at_teardown(suite: pytest.Pytester) -> No
         "test_runs_git": "failed",
         "test_runs_git_marked": "passed",
         "test_runs_python": "passed",
+        "test_uses_a_cached_answer": "failed",
+        "test_uses_a_cached_answer_marked": "passed",
     }
     text = result.stdout.str()
     assert "control_plane (mark it 'integration')" in text

@@ -108,15 +108,25 @@ def _executable(event_args: tuple[Any, ...]) -> str:
     return Path(os.fsdecode(executable)).name
 
 
-def _audit(event: str, event_args: tuple[Any, ...]) -> None:
-    if event != "subprocess.Popen" or not _current:
+def record_use(name: str) -> None:
+    """Count executable ``name`` as used by the running test, as if it had started it.
+
+    For helpers that cache a binary's answer (``tests/manifests/conftest.py``'s kustomize
+    render): without this only the first test of a worker to call them would start the
+    binary, so whether a test lacking the marker failed would depend on the test order.
+    """
+    if not _current:
         return
     item = _current[-1]
-    name = _executable(event_args)
     needed = BINARY_MARKS.get(name)
     if needed is not None and item.get_closest_marker(needed) is None:
         with _lock:
             _started.setdefault(item.nodeid, []).append(f"{name} (mark it {needed!r})")
+
+
+def _audit(event: str, event_args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        record_use(_executable(event_args))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

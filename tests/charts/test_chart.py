@@ -415,6 +415,7 @@ def test_the_operator_has_its_own_priority_class(helm: Helm) -> None:
 
 
 @helm_test
+@pytest.mark.integration  # kubectl kustomize renders the manifests
 def test_tenancy_values_reach_the_operator(helm: Helm) -> None:
     """Each tenancy value is its flag, read back through the operator's parser."""
     values = {

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from testbed.assets import find_kube_binary
+from tests.tiers import record_use
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
 KUSTOMIZATIONS = sorted(
@@ -31,7 +32,11 @@ def kustomize(directory: Path) -> str:
 
 
 def render(directory: str | Path) -> list[Manifest]:
-    """The objects ``manifests/<directory>`` (or an absolute path) renders, freshly parsed."""
+    """The objects ``manifests/<directory>`` (or an absolute path) renders, freshly parsed.
+
+    Every call counts as running kubectl (``tests.tiers.record_use``), cached or not.
+    """
+    record_use("kubectl")
     return [doc for doc in yaml.safe_load_all(kustomize(MANIFESTS / directory)) if doc]
 
 
