@@ -60,6 +60,7 @@ RUN /opt/venv/bin/pip install --no-deps --target /opt/uv "uv==${UV_VERSION}" \
     && /opt/uv/bin/uv --version
 COPY README.md ./
 COPY controller/ controller/
+COPY workspace/ workspace/
 COPY reconcile/ reconcile/
 COPY status/ status/
 COPY pulumi_stack_operator/ pulumi_stack_operator/

@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PACKAGES := controller reconcile status pulumi_stack_operator
+PACKAGES := controller status workspace reconcile pulumi_stack_operator
 PYTEST_ARGS ?=
 # pytest-xdist workers for the tiers with real components. Most of their time waits on
 # processes (apiserver, CLI, kubelet), so 4 workers keep 2 cores busy. The node's and the

@@ -7,7 +7,7 @@ source, stack, config; no secret value), ``PSO_OPERATION`` (``up``, ``preview`` 
 workspace; only it has the git credentials (``PSO_GIT_<n>``). As the run container it runs
 the operation with ``LocalRunner`` (the same code as the local runner: installing the
 program's dependencies, scrubbing, progress, outcome) with the ``PSO_SECRET_<n>`` values,
-and prints its reports on stdout (``reconcile.runner.channel``); its own log goes to
+and prints its reports on stdout (``workspace.runner.channel``); its own log goes to
 stderr. What it installs is cached on the namespace's cache volume when the pod mounts
 one (``PSO_CACHE_DIR``; see ``local_runner``).
 
@@ -39,15 +39,15 @@ from typing import Any
 import structlog
 
 from pulumi_stack_operator.pulumi_cli import pulumi_command
-from reconcile.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
-from reconcile.runner import locks as backend_locks
-from reconcile.runner.channel import fitted, outcome_line, parse_line, progress_line
-from reconcile.runner.failures import StepFailedError
-from reconcile.runner.job import GIT_ENV_PREFIX, SECRET_ENV_PREFIX
-from reconcile.runner.local import DEFAULT_CACHE_LIMIT
-from reconcile.runner.project import load_project
-from reconcile.runner.types import failed_outcome
-from reconcile.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
+from workspace.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
+from workspace.runner import locks as backend_locks
+from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
+from workspace.runner.failures import StepFailedError
+from workspace.runner.job import GIT_ENV_PREFIX, SECRET_ENV_PREFIX
+from workspace.runner.local import DEFAULT_CACHE_LIMIT
+from workspace.runner.project import load_project
+from workspace.runner.types import failed_outcome
+from workspace.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Finding the Pulumi CLI the local runner runs, once, at start-up.
 
-The operator drives the CLI itself (``reconcile.runner.cli``) and needs only the binary's
+The operator drives the CLI itself (``workspace.runner.cli``) and needs only the binary's
 path: it does not import the Pulumi SDK, whose Automation API would cost every operator
 process some 20 MiB and half a second of start-up for that one path. ``pulumi_command``
 resolves ``pulumi`` on ``PATH`` to an absolute path (symlinks resolved) and checks its

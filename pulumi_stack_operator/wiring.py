@@ -26,11 +26,11 @@ from reconcile.collaborators import Collaborators, GitSource, StackPatcher
 from reconcile.interrupts import RunInterrupts
 from reconcile.policy import Policy
 from reconcile.refs import SecretReader
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunCaching, Runner
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
 from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
 from status.writer import StatusWriter
+from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunCaching, Runner
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
 

@@ -3,7 +3,7 @@
 ``Collaborators`` holds them all, so the reconciler runs on fakes in unit tests and on the
 API server in the operator. The interfaces name only what the reconciler calls:
 
-- ``runner`` (``reconcile.runner.Runner``): runs Pulumi;
+- ``runner`` (``workspace.runner.Runner``): runs Pulumi;
 - ``writer`` (``StatusSink``, e.g. ``status.writer.StatusWriter``): writes ``/status``;
 - ``view`` (``ObjectView``, e.g. ``controller.view.ReadYourWritesView``): reads Stacks,
   this process's own writes included;
@@ -37,9 +37,9 @@ from reconcile.accounts import AccountSource
 from reconcile.context import Mutation
 from reconcile.interrupts import RunInterrupts
 from reconcile.resource import GROUP, PLURAL, VERSION
-from reconcile.runner import InstallRecord, Runner
-from reconcile.source import GitCredentials, checkout, program_dir, resolve_revision
 from reconcile.spec import ResourceRef
+from workspace.runner import InstallRecord, Runner
+from workspace.source import GitCredentials, checkout, program_dir, resolve_revision
 
 
 class StatusSink(Protocol):
@@ -123,7 +123,7 @@ SecretsFor = Callable[[str], SecretSource]
 
 
 class Source(Protocol):
-    """Where programs come from (see ``reconcile.source``)."""
+    """Where programs come from (see ``workspace.source``)."""
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
         """The commit ``branch`` points at (``SourceError`` on failure)."""
@@ -153,20 +153,20 @@ class MetadataPatcher(Protocol):
 
 
 class GitSource:
-    """``Source`` over ``reconcile.source``: the real git."""
+    """``Source`` over ``workspace.source``: the real git."""
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
-        """``reconcile.source.resolve_revision``."""
+        """``workspace.source.resolve_revision``."""
         return resolve_revision(url, branch, credentials)
 
     def checkout(
         self, url: str, work_dir: Path, commit: str, credentials: GitCredentials | None
     ) -> None:
-        """``reconcile.source.checkout``."""
+        """``workspace.source.checkout``."""
         checkout(url, work_dir, commit=commit, credentials=credentials)
 
     def program_dir(self, checkout: Path, repo_dir: str | None) -> Path:
-        """``reconcile.source.program_dir``."""
+        """``workspace.source.program_dir``."""
         return program_dir(checkout, repo_dir)
 
 

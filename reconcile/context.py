@@ -16,9 +16,9 @@ from controller.cache import ObjectKey
 from reconcile import backend as backends
 from reconcile.decide import Decision, Observed, Requests
 from reconcile.policy import Policy
-from reconcile.source import GitCredentials
 from reconcile.spec import StackSpec
 from reconcile.tenancy import Tenancy
+from workspace.source import GitCredentials
 
 Mutation = Callable[[Mapping[str, Any]], dict[str, Any]]
 """A pure change of a status: the status writer applies it to the newest status."""

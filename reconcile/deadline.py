@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Self
 
 from controller.clock import Clock, RealClock
-from reconcile.runner import StopSignal
+from workspace.runner import StopSignal
 
 POLL_SECONDS = 0.2  # how often the watcher looks at the operator's stop event
 

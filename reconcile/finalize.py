@@ -26,9 +26,9 @@ from reconcile.prepare import Preparer, RemoteSpecError
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
 from reconcile.run import observe_update
-from reconcile.runner import ErrorKind
-from reconcile.source import ProgramDirError, SourceError
 from reconcile.spec import SpecError, StackSpec, parse_spec
+from workspace.runner import ErrorKind
+from workspace.source import ProgramDirError, SourceError
 
 
 def has_finalizer(at: Pass) -> bool:

@@ -18,7 +18,7 @@ import structlog
 
 from controller.clock import Clock
 from reconcile.deadline import RunStop
-from reconcile.runner import ErrorKind, Outcome, Progress, Runner, UpdateRequest
+from workspace.runner import ErrorKind, Outcome, Progress, Runner, UpdateRequest
 
 log = structlog.get_logger(__name__)
 

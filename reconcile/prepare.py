@@ -22,10 +22,10 @@ from reconcile import tenancy
 from reconcile.collaborators import SecretSource, Source
 from reconcile.context import Inputs, Pass, Plan, Settings
 from reconcile.decide import NEW_GENERATION
-from reconcile.runner import RunJob, SecretEnvNames, UpdateRequest
-from reconcile.runner.job import GIT_ENV_PREFIX
-from reconcile.source import GitCredentials
 from reconcile.spec import GitAuth, ResourceRef, StackSpec
+from workspace.runner import RunJob, SecretEnvNames, UpdateRequest
+from workspace.runner.job import GIT_ENV_PREFIX
+from workspace.source import GitCredentials
 
 
 class Preparer:

@@ -18,9 +18,9 @@ from typing import Any
 from reconcile.budget import capped_outputs
 from reconcile.context import Mutation
 from reconcile.decide import Observed
-from reconcile.runner import ErrorKind, Outcome, Progress
 from reconcile.verdict import summary
 from status import conditions as cond
+from workspace.runner import ErrorKind, Outcome, Progress
 
 HISTORY_LIMIT = 10
 

@@ -34,9 +34,9 @@ from reconcile.deadline import RunStop
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operated, Operator
 from reconcile.prepare import Preparer, RemoteSpecError
-from reconcile.runner import ErrorKind, Progress
-from reconcile.source import ProgramDirError, SourceError
 from status.conditions import Reason
+from workspace.runner import ErrorKind, Progress
+from workspace.source import ProgramDirError, SourceError
 
 log = structlog.get_logger(__name__)
 

@@ -42,9 +42,9 @@ from reconcile.prepare import Preparer
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER, GROUP, KIND, PLURAL, VERSION
 from reconcile.run import Runs
-from reconcile.source import SourceError
 from reconcile.spec import SpecError, StackSpec, check_stack_for_backend, parse_spec
 from status import conditions as cond
+from workspace.source import SourceError
 
 __all__ = [
     "FINALIZER",

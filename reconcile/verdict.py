@@ -36,12 +36,12 @@ from typing import Any
 
 from controller.clock import parse_time
 from reconcile.policy import NEEDS_A_CHANGE, Policy, backoff, poll_period, resync_period
-from reconcile.runner import ErrorKind, Outcome
-from reconcile.source import SourceFailure
 from reconcile.spec import StackSpec
 from status import conditions as cond
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
+from workspace.runner import ErrorKind, Outcome
+from workspace.source import SourceFailure
 
 UPDATE_STARTED, DESTROYED = "UpdateStarted", "Destroyed"  # Event reasons, not condition ones
 EVENTS: Mapping[str, str] = {

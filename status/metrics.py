@@ -146,7 +146,7 @@ class StackMetrics:
 
 
 class InstallStep(Protocol):
-    """One dependency or plugin step of a run (``reconcile.runner.InstallRecord``)."""
+    """One dependency or plugin step of a run (``workspace.runner.InstallRecord``)."""
 
     @property
     def kind(self) -> str:

@@ -1,10 +1,12 @@
 """The packages import each other in one direction only, read from the source with ``ast``.
 
 ``controller`` is generic machinery for any resource, ``status`` writes and reports status
-with it, ``reconcile`` reconciles Stacks with both, and ``pulumi_stack_operator`` (the
-composition root) wires them together. A lower layer never imports a higher one, not even
-lazily inside a function. Shipped code imports neither the test bed (``testbed``) nor the test
-suite; the test bed, ``bench`` and ``hack`` use ``testbed`` and never import ``tests``.
+with it, ``workspace`` (the workspace engine: runners, sources, processes) runs a program's
+operations knowing nothing of Stacks, ``reconcile`` reconciles Stacks with all three, and
+``pulumi_stack_operator`` (the composition root) wires them together. A lower layer never
+imports a higher one, not even lazily inside a function. Shipped code imports neither the test
+bed (``testbed``) nor the test suite; the test bed, ``bench`` and ``hack`` use ``testbed`` and
+never import ``tests``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 SKIPPED = {".venv", ".git", "build", "dist"}
 
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "controller": frozenset({"reconcile", "status", "pulumi_stack_operator", "testbed", "tests"}),
-    "status": frozenset({"reconcile", "pulumi_stack_operator", "testbed", "tests"}),
+    "controller": frozenset(
+        {"status", "workspace", "reconcile", "pulumi_stack_operator", "testbed", "tests"}
+    ),
+    "status": frozenset({"workspace", "reconcile", "pulumi_stack_operator", "testbed", "tests"}),
+    "workspace": frozenset({"reconcile", "pulumi_stack_operator", "testbed", "tests"}),
     "reconcile": frozenset({"pulumi_stack_operator", "testbed", "tests"}),
     "pulumi_stack_operator": frozenset({"testbed", "tests"}),
 }
@@ -81,7 +86,7 @@ def violations(top: str, forbidden: frozenset[str]) -> list[str]:
 
 @pytest.mark.parametrize("top", sorted(FORBIDDEN))
 def test_a_layer_imports_no_layer_above_it(top: str) -> None:
-    """``controller`` < ``status`` < ``reconcile`` < ``pulumi_stack_operator``."""
+    """``controller`` < ``status`` < ``workspace`` < ``reconcile`` < ``pulumi_stack_operator``."""
     assert (REPO / top).is_dir(), f"{top}/ is missing: the layering below names it"
     assert violations(top, FORBIDDEN[top]) == []
 

@@ -34,7 +34,7 @@ Guarantees:
   a URL's user information.
 
 Left to others: reading Secrets (``reconcile.refs``), reaching the git remote, checking that
-prerequisite Stacks exist, checking ``repoDir`` inside the checkout (``reconcile.source``),
+prerequisite Stacks exist, checking ``repoDir`` inside the checkout (``workspace.source``),
 and checking ``stack`` against the operator's default backend when ``backend`` is unset
 (``check_stack_for_backend``).
 """

@@ -13,7 +13,6 @@ from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final
 
-from reconcile.gitref import branch_name, is_commit
 from reconcile.spec.backend_rules import read_secrets_provider, read_stack_and_backend
 from reconcile.spec.config import check_no_overlap, config_key, read_config
 from reconcile.spec.durations import parse_go_duration
@@ -39,6 +38,7 @@ from reconcile.spec.model import (
 from reconcile.spec.repo_url import check_repo_url
 from reconcile.spec.resource_refs import env_name, read_git_auth, read_refs
 from reconcile.spec.workspace import read_service_account_name, read_workspace
+from workspace.gitref import branch_name, is_commit
 
 _SUPPORTED: Final = frozenset(
     {

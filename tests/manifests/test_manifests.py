@@ -31,7 +31,6 @@ from controller.manager import Manager, ManagerContext
 from controller.workers import INTERRUPT_TIMEOUT
 from pulumi_stack_operator import wiring
 from pulumi_stack_operator.config import OperatorConfig, parse_config
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE
 from reconcile.spec import parse_spec
 from reconcile.stack import StackReconciler
 from testbed.assets import AssetError, find_prometheus_operator_crds
@@ -43,6 +42,7 @@ from testbed.waits import wait_for
 from tests.conftest import controller_manager_binary_or_skip
 from tests.manifests.conftest import KUSTOMIZATIONS, MANIFESTS, Manifest, pick, render
 from tests.manifests.promql import Selector, selectors, substitute
+from workspace.runner import DEFAULT_INTERRUPT_GRACE
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]  # kubectl kustomize, promtool
 

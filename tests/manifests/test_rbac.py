@@ -342,7 +342,7 @@ def test_the_operators_calls_work_and_others_get_403(
 
 
 def run_a_pod(core: client.CoreV1Api, namespace: str) -> None:
-    """Create a run pod, read it and its log, delete it, as reconcile/runner/pod.py does.
+    """Create a run pod, read it and its log, delete it, as workspace/runner/pod.py does.
 
     This control plane has no node: the pod stays Pending, so its log answers an error
     (no container yet) or nothing; either way not 403: the call was allowed.

@@ -18,9 +18,9 @@ from pulumi_stack_operator import config, wiring
 from pulumi_stack_operator.config import OperatorConfig, parse_config
 from reconcile.acknowledge import Acknowledger
 from reconcile.interrupts import RunInterrupts
-from reconcile.runner import DEFAULT_INTERRUPT_GRACE, PodRunner
 from status.metrics import MetricsHandler
 from status.writer import StatusWriter
+from workspace.runner import DEFAULT_INTERRUPT_GRACE, PodRunner
 
 
 def new_context(cfg: OperatorConfig, leading_since: float | None = None) -> ManagerContext:

@@ -25,11 +25,11 @@ from controller.clock import FakeClock
 from controller.reconciler import TransientError
 from reconcile.context import Mutation
 from reconcile.refs import MissingSecretError
-from reconcile.runner import ErrorKind, InstallRecord, Outcome, Progress, UpdateRequest
-from reconcile.source import GitCredentials, ProgramDirError, SourceError
 from reconcile.spec import ResourceRef
 from reconcile.tenancy import RUNNER_LABEL
 from status.writer import StatusTooLargeError
+from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress, UpdateRequest
+from workspace.source import GitCredentials, ProgramDirError, SourceError
 
 ProgressCallback = Callable[[Progress], None]
 Script = Callable[[UpdateRequest, ProgressCallback, threading.Event], Outcome]

@@ -19,7 +19,6 @@ from controller.clock import FakeClock
 from controller.reconciler import Result
 from reconcile.collaborators import Collaborators
 from reconcile.policy import Policy
-from reconcile.runner import ErrorKind, Outcome
 from reconcile.stack import Settings, StackReconciler
 from status.conditions import Reason
 from tests.reconcile.fakes import (
@@ -35,6 +34,7 @@ from tests.reconcile.fakes import (
     FakeWriter,
     outcome,
 )
+from workspace.runner import ErrorKind, Outcome
 
 KEY = ObjectKey("ns", "app")
 POLICY = Policy(retry_base_delay=10, max_update_failures=3, wait_poll=30)

@@ -6,7 +6,7 @@ import threading
 
 from controller.clock import FakeClock
 from reconcile.deadline import RunStop
-from reconcile.runner.types import stop_cause
+from workspace.runner.types import stop_cause
 
 
 def test_fires_at_the_deadline_and_says_so() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 
 from reconcile import report
-from reconcile.runner import Progress
 from status.conditions import get_condition
+from workspace.runner import Progress
 
 T0 = datetime.datetime(2026, 12, 2, 10, 0, tzinfo=datetime.UTC)
 

@@ -7,12 +7,12 @@ import threading
 import pytest
 
 from controller.reconciler import Result, TransientError
-from reconcile.runner import ErrorKind, Outcome, UpdateRequest
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
 from status.events import WARNING
 from tests.reconcile.fakes import ProgressCallback
 from tests.reconcile.stack_harness import KEY, SECRET_REF, Harness, reaches
+from workspace.runner import ErrorKind, Outcome, UpdateRequest
 
 
 @reaches(Reason.DESTROYING)

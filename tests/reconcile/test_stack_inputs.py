@@ -10,10 +10,10 @@ import pytest
 
 from controller.cache import ObjectKey
 from controller.reconciler import Result, TransientError
-from reconcile.source import SourceError, SourceFailure
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from tests.reconcile.stack_harness import SECRET_REF, Harness, reaches
+from workspace.source import SourceError, SourceFailure
 
 
 def test_a_repo_dir_missing_from_the_commit_concludes_the_announced_run(h: Harness) -> None:

@@ -17,11 +17,11 @@ import pytest
 from controller.cache import freeze_object
 from controller.reconciler import Result, TransientError
 from reconcile.prepare import spec_written
-from reconcile.runner import ErrorKind
 from reconcile.stack import FINALIZER
 from reconcile.tenancy import RUNNER_LABEL, Tenancy
 from status.conditions import Reason
 from tests.reconcile.stack_harness import KEY, Harness, reaches
+from workspace.runner import ErrorKind
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
 LITERAL = {"type": "Literal", "literal": {"value": "plain"}}

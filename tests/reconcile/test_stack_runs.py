@@ -13,13 +13,13 @@ from typing import Any
 
 from controller.reconciler import Result
 from reconcile.policy import Policy
-from reconcile.runner import ErrorKind, Outcome, Progress, UpdateRequest
-from reconcile.source import SourceError, SourceFailure
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from tests.reconcile.fakes import ProgressCallback
 from tests.reconcile.stack_harness import KEY, Harness, reaches
+from workspace.runner import ErrorKind, Outcome, Progress, UpdateRequest
+from workspace.source import SourceError, SourceFailure
 
 
 @reaches(Reason.PROGRESSING)

@@ -18,13 +18,13 @@ import pytest
 from controller.clock import FakeClock
 from reconcile import verdict as verdicts
 from reconcile.policy import NEEDS_A_CHANGE, Policy
-from reconcile.runner import ErrorKind
-from reconcile.source import SourceFailure
 from reconcile.spec import StackSpec, parse_spec
 from reconcile.verdict import EVENTS, RunFacts, Verdict
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from tests.reconcile.fakes import outcome
+from workspace.runner import ErrorKind
+from workspace.source import SourceFailure
 
 CAP = 3
 POLICY = Policy(retry_base_delay=10, max_update_failures=CAP, wait_poll=30)

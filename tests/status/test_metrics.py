@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.cache import ObjectKey
-from reconcile.runner import InstallRecord
 from status import conditions as c
 from status.conditions import Reason
 from status.metrics import MetricsHandler, StackMetrics
+from workspace.runner import InstallRecord
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=1)

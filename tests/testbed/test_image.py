@@ -20,7 +20,7 @@ from testbed.image import ImageError, base, build, engine, nodejs, release
 from testbed.image.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ["controller", "reconcile", "status", "pulumi_stack_operator"]
+SHIPPED = ["controller", "workspace", "reconcile", "status", "pulumi_stack_operator"]
 
 
 @pytest.fixture(autouse=True)

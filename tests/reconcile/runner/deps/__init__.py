@@ -1,1 +1,0 @@
-"""Tests of installing programs' dependencies (reconcile/runner/deps/)."""

@@ -1,0 +1,1 @@
+"""Tests of the workspace engine (``workspace``), mirroring its modules."""

@@ -1,0 +1,1 @@
+"""Tests of installing programs' dependencies (workspace/runner/deps/)."""

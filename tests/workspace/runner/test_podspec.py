@@ -1,0 +1,163 @@
+"""The run pod's manifest: named after its Stack, restricted, Secrets only by reference."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workspace.runner import RunJob, SecretEnv
+from workspace.runner.podspec import AGENT_COMMAND, RunCaching, pod_name, run_pod
+
+
+def job(**fields: Any) -> RunJob:
+    """A job of Stack ``team/web`` generation 3, changed by ``fields``."""
+    base: dict[str, Any] = {
+        "namespace": "team",
+        "stack_name": "web",
+        "stack_uid": "uid-1",
+        "generation": 3,
+        "commit": "c" * 40,
+        "service_account": "deployer",
+        "document": json.dumps({"stack": "dev"}),
+        "secret_env": (SecretEnv("PSO_SECRET_0", "creds", "token"),),
+        "timeout": 600.0,
+    }
+    return RunJob(**{**base, **fields})
+
+
+def manifest(**fields: Any) -> dict[str, Any]:
+    """The ``up`` pod of ``job(**fields)`` with the default image."""
+    return run_pod(job(**fields), "up", image="operator:1", grace=60)
+
+
+def test_the_name_is_the_stacks_and_fits_a_hostname() -> None:
+    """Deterministic per Stack; at most 63 characters; distinct for distinct long names."""
+    assert pod_name("web") == "web-pulumi"
+    long_a, long_b = "a" * 60 + "x", "a" * 60 + "y"
+    assert len(pod_name(long_a)) <= 63
+    assert pod_name(long_a) != pod_name(long_b)
+    assert pod_name(long_a) == pod_name(long_a)
+
+
+def test_the_pod_runs_the_agent_as_the_stacks_service_account() -> None:
+    """SA, never restarted, owned by the Stack, labelled with its uid and generation."""
+    pod = manifest()
+    spec, metadata = pod["spec"], pod["metadata"]
+    assert (metadata["name"], metadata["namespace"]) == ("web-pulumi", "team")
+    assert spec["serviceAccountName"] == "deployer"
+    assert spec["restartPolicy"] == "Never"
+    assert spec["enableServiceLinks"] is False
+    assert spec["activeDeadlineSeconds"] > 600
+    assert metadata["ownerReferences"][0]["uid"] == "uid-1"
+    assert metadata["annotations"]["pulumi-stack-operator.dev/generation"] == "3"
+    assert metadata["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
+    [container] = spec["containers"]
+    assert container["command"] == list(AGENT_COMMAND)
+    assert container["image"] == "operator:1"
+
+
+def test_restricted_by_default_baseline_on_request() -> None:
+    """Restricted: non-root, no escalation, no capabilities, seccomp, read-only root.
+
+    Baseline: root and a writable root filesystem, and still no capabilities.
+    """
+    pod = manifest()
+    [container] = pod["spec"]["containers"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/workspace", "/tmp"} <= mounts  # noqa: S108 - the pod's own emptyDir
+    baseline = manifest(security_profile="baseline")
+    assert "runAsNonRoot" not in baseline["spec"]["securityContext"]
+    assert baseline["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert baseline["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_secret_values_come_by_reference() -> None:
+    """Each Secret key is a secretKeyRef variable; the job's document is a plain value."""
+    [container] = manifest()["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PSO_SECRET_0"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "token"}}
+    assert env["PSO_JOB"]["value"] == json.dumps({"stack": "dev"})
+    assert env["PSO_OPERATION"]["value"] == "up"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "check"),
+    [
+        ({"nodeSelector": {"pool": "pulumi"}}, lambda p: p["spec"]["nodeSelector"]),
+        (
+            {"resources": {"limits": {"memory": "1Gi"}}},
+            lambda p: p["spec"]["containers"][0]["resources"],
+        ),
+        ({"env": [{"name": "A", "value": "1"}]}, lambda p: p["spec"]["containers"][0]["env"][-1:]),
+        ({"labels": {"team": "a"}}, lambda p: {"team": p["metadata"]["labels"]["team"]}),
+    ],
+)
+def test_the_workspace_template_is_applied(overrides: dict[str, Any], check: Any) -> None:
+    """What the Stack's workspaceTemplate sets reaches the pod."""
+    [value] = overrides.values()
+    assert check(manifest(overrides=json.dumps(overrides))) == value
+
+
+def test_the_template_cannot_take_over_the_runners_labels_or_image() -> None:
+    """The runner's labels win over the template's; the Stack's own image wins the default."""
+    pod = manifest(
+        overrides=json.dumps({"labels": {"pulumi-stack-operator.dev/stack-uid": "other"}}),
+        image="mine:2",
+    )
+    assert pod["metadata"]["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
+    assert pod["spec"]["containers"][0]["image"] == "mine:2"
+
+
+def test_only_the_checkout_container_has_the_git_credentials() -> None:
+    """The init container checks out with PSO_GIT_*; the program's container never has them."""
+    pod = manifest(git_env=(SecretEnv("PSO_GIT_0", "git", "token"),))
+    [checkout] = pod["spec"]["initContainers"]
+    [container] = pod["spec"]["containers"]
+    assert checkout["command"] == [*AGENT_COMMAND, "checkout"]
+    assert checkout["securityContext"] == container["securityContext"]
+    names = {e["name"] for e in checkout["env"]}
+    assert "PSO_GIT_0" in names
+    assert "PSO_SECRET_0" not in names
+    assert "PSO_GIT_0" not in {e["name"] for e in container["env"]}
+
+
+def test_the_namespaces_cache_claim_is_mounted_into_the_run_container_only() -> None:
+    """With the claim: a volume, the run container's mount, and the agent told where."""
+    caching = RunCaching(claim="pulumi-cache", limit=5 * 1024**3, mirror="http://mirror.example")
+    pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=True)
+    spec = pod["spec"]
+    assert {"name": "pulumi-cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}} in (
+        spec["volumes"]
+    )
+    [container] = spec["containers"]
+    assert {"name": "pulumi-cache", "mountPath": "/pulumi-cache"} in container["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PSO_CACHE_DIR"] == "/pulumi-cache"
+    assert env["PSO_CACHE_LIMIT"] == str(5 * 1024**3)
+    assert env["PSO_PLUGIN_MIRROR"] == "http://mirror.example"
+    [checkout] = spec["initContainers"]
+    assert all(m["name"] != "pulumi-cache" for m in checkout["volumeMounts"])
+
+
+def test_without_the_claim_the_pod_caches_in_its_own_workspace() -> None:
+    """No claim in the namespace (or none configured): no volume, no PSO_CACHE_DIR."""
+    for caching, cached in ((RunCaching(), False), (RunCaching(claim=""), True)):
+        pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=cached)
+        [container] = pod["spec"]["containers"]
+        names = {e["name"] for e in container["env"]}
+        assert "PSO_CACHE_DIR" not in names
+        assert "PSO_PLUGIN_MIRROR" not in names
+        assert all(v["name"] != "pulumi-cache" for v in pod["spec"]["volumes"])

@@ -1,0 +1,1 @@
+"""Tests of the git source (workspace/source/), one module per module of the package."""

@@ -1,0 +1,522 @@
+"""One operation for one Stack: its phases, each a ``pulumi`` command, and its ``Outcome``.
+
+Every phase runs the CLI through ``Cli``; the engine operations (refresh, up, preview,
+destroy) all run the same way: with ``--event-log``, followed by an ``EventLog`` whose
+events a ``StepObserver`` turns into progress, the change summary, error diagnostics and
+the stack's outputs. A failed phase raises ``StepFailedError`` with its ``ErrorKind``;
+``failed`` turns that into the outcome, with a scrubbed message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from status.text import truncate
+from workspace import process
+from workspace.runner import project as projects
+from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError, inherited_env
+from workspace.runner.deps import DependencyError, Installer, Permanence, Prepared, Tools
+from workspace.runner.deps.failures import message as failure_message
+from workspace.runner.deps.failures import permanence
+from workspace.runner.deps.installer import ticking
+from workspace.runner.deps.plugins import TOOL as PLUGIN_TOOL
+from workspace.runner.deps.plugins import PluginChecks, project_key
+from workspace.runner.deps.store import disk_usage
+from workspace.runner.deps.tools import ToolStoppedError
+from workspace.runner.engine import EventLog, StepObserver, holds_secret
+from workspace.runner.failures import Phase, StepFailedError, classify, stack_missing
+from workspace.runner.home import PLUGINS_DIR, make_home
+from workspace.runner.known import KnownStack
+from workspace.runner.scrub import Scrubber
+from workspace.runner.types import (
+    MESSAGE_LIMIT,
+    ErrorKind,
+    InstallRecord,
+    Operation,
+    Outcome,
+    Progress,
+    ProgressCallback,
+    Step,
+    UpdateRequest,
+)
+
+log = structlog.get_logger(__name__)
+
+_TAIL_LINES = 20  # of stderr (or stdout) when the engine sent no error diagnostics
+# Quiet, plain output (it ends up in logs and messages), a local program, the event log.
+_DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.local")
+_PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
+
+
+_UNKNOWN_COMMAND = re.compile(r"unknown (?:command|flag)")
+_PERMANENT_KINDS = {
+    Permanence.PERMANENT: ErrorKind.DEPENDENCIES_INVALID,
+    Permanence.TRANSIENT: ErrorKind.DEPENDENCIES_FAILED,
+}
+MIRROR_ENV = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What every attempt of one runner shares.
+
+    ``binary``: the absolute ``pulumi``. ``plugin_home``: the ``PULUMI_HOME`` holding the
+    plugin store every Stack's home links to, and the home of requests without their own.
+    ``interrupt_grace``: seconds between SIGINT and SIGKILL of an interrupted CLI.
+    ``installer``: where programs' dependencies are installed and cached;
+    ``plugin_mirror``: the URL every plugin is downloaded from (None: each plugin's own).
+    """
+
+    binary: str
+    plugin_home: Path
+    interrupt_grace: float
+    installer: Installer
+    plugin_mirror: str | None = None
+
+    @property
+    def plugin_store(self) -> Path:
+        """The directory holding the installed plugins."""
+        return self.plugin_home.absolute() / PLUGINS_DIR
+
+
+class Attempt:
+    """The state one operation's phases share: CLI, scrubber, current observer, times."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        request: UpdateRequest,
+        operation: Operation,
+        stop: threading.Event,
+        on_progress: ProgressCallback,
+    ) -> None:
+        """Prepare to run ``operation`` for ``request`` (nothing runs yet)."""
+        self.settings = settings
+        self.request = request
+        self.operation = operation
+        self.started = _now()
+        self.scrubber = Scrubber(request)
+        # Absolute: the CLI runs in the work dir, and a relative PULUMI_HOME would move.
+        self.home = (request.pulumi_home or settings.plugin_home).absolute()
+        # The update check phones home on every command; PULUMI_HOME is always ours.
+        mirror = {MIRROR_ENV: f"^.*$={settings.plugin_mirror}"} if settings.plugin_mirror else {}
+        env = {
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "HOME": str(self.home),
+            **settings.installer.environment(),
+            **mirror,
+            **request.env,
+            "PULUMI_HOME": str(self.home),
+        }
+        self._context = CliContext(
+            settings.binary, request.work_dir, env, stop, settings.interrupt_grace, self._log_line
+        )
+        self.cli = Cli(self._context)
+        self.installs: list[InstallRecord] = []
+        self.cache_bytes: dict[str, int] = {}
+        self.on_progress = on_progress
+        self.observer = StepObserver(None, self._report)
+        self.log = log.bind(pulumi_stack=request.stack, operation=operation)
+        self._project: projects.Project | None = None
+        self.assumed = False  # the stack was not selected: a marker says it exists
+
+    @property
+    def project(self) -> projects.Project:
+        """The program's project file; ``PROGRAM_INVALID`` when it is missing or invalid."""
+        if self._project is None:
+            self._project = projects.load_project(self.request.work_dir)
+        return self._project
+
+    @property
+    def known(self) -> KnownStack:
+        """This stack's marker in the home (see ``workspace.runner.known``)."""
+        backend = self.request.env.get("PULUMI_BACKEND_URL", "")
+        request = self.request
+        return KnownStack(
+            self.home, backend, self.project.name, request.stack, request.secrets_provider
+        )
+
+    # phases ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Install the program's dependencies and plugins; hold them until the block ends.
+
+        Dependencies come from the installer's cache when an unchanged program installed
+        them before (nothing runs then); the CLI and the program then use them (links in
+        the program's directory, variables). Plugins the program needs are installed
+        unless a marker says they are (``workspace.runner.deps.plugins``). Raises
+        ``StepFailedError`` (``DEPENDENCIES_INVALID``, ``DEPENDENCIES_FAILED``,
+        ``INTERRUPTED``, or the project's ``PROGRAM_INVALID``).
+        """
+        project = self.project
+        self._make_home()
+        context = self._context
+        tools = Tools(self.cli.environment(), context.stop, context.grace, self._log_line)
+        with contextlib.ExitStack() as held:
+            try:
+                prepared = held.enter_context(
+                    self.settings.installer.prepared(project, tools, self._installing)
+                )
+                self._activate(prepared)
+                self._plugins(prepared)
+            except DependencyError as err:
+                if err.record is not None:
+                    self.installs.append(err.record)
+                kind = _PERMANENT_KINDS[err.permanence]
+                raise StepFailedError("install", kind, self.scrubber.scrub(err.message)) from err
+            except (ToolStoppedError, OSError) as err:
+                stopped = isinstance(err, ToolStoppedError) or self._context.stop.is_set()
+                kind = ErrorKind.INTERRUPTED if stopped else ErrorKind.DEPENDENCIES_FAILED
+                message = f"installing dependencies: {err}"
+                raise StepFailedError("install", kind, message) from err
+            yield
+
+    def open_stack(self, *, create: bool) -> None:
+        """Check the project, make the Stack's home, then select (or create) the stack.
+
+        The select is skipped when this home selected the stack before (``known``);
+        ``vanished`` is how a caller learns that the stack has gone since.
+        """
+        self.log.info("Starting pulumi operation", request=repr(self.request))
+        _ = self.project  # fail early, before any CLI call
+        with self._phase("select"):
+            self._make_home()
+            if self.known.known():
+                self.assumed = True
+                return
+            try:
+                self.cli.run(["stack", "select", "--stack", self.request.stack])
+            except CliError as err:
+                if not create or not _not_found(err):
+                    raise
+                provider = self.request.secrets_provider
+                extra = ["--secrets-provider", provider] if provider else []
+                self.cli.run(["stack", "init", *extra, "--stack", self.request.stack])
+            self.known.remember()
+
+    def vanished(self, failure: StepFailedError) -> bool:
+        """True when a stack assumed to exist was missing: its marker is then forgotten.
+
+        The caller may then run its phases once more, from ``open_stack``.
+        """
+        if not self.assumed or failure.kind is not ErrorKind.STACK_NOT_FOUND:
+            return False
+        self.log.info("The stack has gone since it was last selected; selecting it again")
+        self.known.forget()
+        self.assumed = False
+        return True
+
+    def find_stack(self) -> bool:
+        """Select the stack; False when it does not exist."""
+        try:
+            self.open_stack(create=False)
+        except StepFailedError as failure:
+            if failure.kind is ErrorKind.STACK_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def configure(self) -> None:
+        """Make the stack's config match the request: set, encrypt, and drop old keys.
+
+        Plain values are written into the stack's settings file, secret ones are set
+        through ``pulumi config set --secret`` with the value on stdin: no value is ever
+        on a command line. Only keys this runner set before (remembered in a file next to
+        Pulumi.yaml) are removed when the request no longer has them; keys that came with
+        the source stay, and so does everything else in the file (``secure:`` values, the
+        secrets provider's settings).
+        """
+        qualify = projects.qualifier(self.project.name)
+        secrets = {qualify(k): v for k, v in self.request.secret_config.items()}
+        plain = {qualify(k): v for k, v in self.request.config.items()}
+        plain = {k: v for k, v in plain.items() if k not in secrets}
+        keys_file = projects.managed_keys_file(self.request)
+        stale = projects.read_keys(keys_file) - plain.keys() - secrets.keys()
+        with self._phase("config"):
+            if plain or stale:
+                path = projects.stack_file(self.project, self.request.stack)
+                projects.update_stack_file(path, plain, stale)
+            for key, value in secrets.items():
+                # Non-interactive, the CLI reads all of stdin and drops one trailing newline.
+                args = ["config", "set", "--secret", "--stack", self.request.stack, "--", key]
+                self.cli.run(args, stdin=f"{value}\n")
+            keys_file.write_text(json.dumps(sorted(plain.keys() | secrets.keys())) + "\n")
+
+    def refresh(self) -> None:
+        """Refresh (a preview-only one for previews); fail on drift if asked."""
+        args = ["refresh", "--preview-only"] if self.request.preview else ["refresh"]
+        if not self.request.preview:
+            args += ["--skip-preview", "--yes", *self._message()]
+        if self.request.expect_no_refresh_changes:
+            args.append("--expect-no-changes")
+        self._engine("refresh", "refresh", args)
+
+    def up(self) -> Outcome:
+        """Run ``pulumi up``; report its change summary and the stack's outputs.
+
+        The outputs come from the events (the root stack resource's outputs, secrets
+        marked). Only if no event carried them are they read with ``stack output``
+        (without ``--show-secrets``: secrets come back masked).
+        """
+        args = ["up", "--yes", "--skip-preview", *self._message(), *self._targets()]
+        result = self._engine("update", "update", args)
+        outputs = self.observer.stack_outputs
+        if outputs is None:
+            self.log.info("No engine event carried the stack's outputs; reading them")
+            with self._phase("update"):
+                outputs = self._read_outputs()
+        values = {k: self.scrubber.output(v, secret=holds_secret(v)) for k, v in outputs.items()}
+        return self.succeeded(outputs=values, stdout=result.stdout)
+
+    def preview(self) -> Outcome:
+        """Run ``pulumi preview`` (with ``--refresh`` if asked) and report what it would do."""
+        args = ["preview", *self._message(), *self._targets()]
+        if self.request.refresh:
+            args.append("--refresh")
+        result = self._engine("preview", "preview", args)
+        return self.succeeded(stdout=result.stdout)
+
+    def destroy(self) -> Outcome:
+        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and forget its managed config)."""
+        args = ["destroy", "--skip-preview", "--yes", *self._message()]
+        result = self._engine("destroy", "destroy", args)
+        changes = self.observer.changes
+        with self._phase("destroy"):
+            # Finishing what the destroy began: it runs even once stop is set.
+            self.cli.run(
+                ["stack", "rm", "--yes", "--stack", self.request.stack], interruptible=False
+            )
+        projects.managed_keys_file(self.request).unlink(missing_ok=True)
+        self.known.forget()
+        return self.succeeded(changes=changes, stdout=result.stdout)
+
+    def cancel(self) -> None:
+        """``pulumi cancel --yes``: end the stack's update in flight, releasing its lock."""
+        with self._phase("cancel"):
+            self.cli.run(["cancel", "--yes", "--stack", self.request.stack])
+
+    # outcomes ----------------------------------------------------------------------------
+
+    def succeeded(
+        self,
+        *,
+        changes: Mapping[str, int] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        stdout: str = "",
+        note: str = "",
+    ) -> Outcome:
+        """The outcome of a successful operation (changes: the last step's by default)."""
+        outcome = Outcome(
+            operation=self.operation,
+            succeeded=True,
+            error=ErrorKind.NONE,
+            message=note,
+            outputs=dict(outputs or {}),
+            resource_changes=dict(self.observer.changes if changes is None else changes),
+            permalink=_permalink(stdout),
+            started=self.started,
+            ended=_now(),
+            installs=tuple(self.installs),
+            cache_bytes=dict(self.cache_bytes),
+        )
+        self.log.info("Pulumi operation succeeded", changes=outcome.resource_changes)
+        return outcome
+
+    def failed(self, failure: StepFailedError) -> Outcome:
+        """The outcome of a failed operation, with a scrubbed message."""
+        last = self.cli.last
+        message = self.scrubber.scrub(self._failure_text(failure))
+        outcome = Outcome(
+            operation=self.operation,
+            succeeded=False,
+            error=failure.kind,
+            message=truncate(message, MESSAGE_LIMIT, "…"),
+            outputs={},
+            resource_changes=self.observer.changes,
+            permalink=_permalink(last.stdout if last else ""),
+            started=self.started,
+            ended=_now(),
+            installs=tuple(self.installs),
+            cache_bytes=dict(self.cache_bytes),
+        )
+        self.log.warning("Pulumi operation failed", phase=failure.phase, error=str(outcome.error))
+        return outcome
+
+    # helpers -----------------------------------------------------------------------------
+
+    def _make_home(self) -> None:
+        """Create the Stack's home, its ``plugins`` a link to the shared store."""
+        if self.home != self.settings.plugin_home.absolute():
+            make_home(self.home, self.settings.plugin_store)
+
+    def _installing(self, what: str, since: datetime) -> None:
+        self._report(Progress("install", 0, 0, 0, what, since))
+
+    def _activate(self, prepared: Prepared) -> None:
+        """Make every later CLI call (and the program) use the installed dependencies."""
+        activation = prepared.activation
+        env = {**self._context.env, **activation.env}
+        if activation.path:
+            rest = env.get("PATH") or inherited_env().get("PATH") or os.defpath
+            env["PATH"] = os.pathsep.join([*activation.path, rest])
+        self._context = dataclasses.replace(self._context, env=env)
+        self.cli = Cli(self._context)
+        if prepared.usage is not None:
+            self.cache_bytes |= {
+                "environments": prepared.usage.environments,
+                "downloads": prepared.usage.downloads,
+            }
+        self.installs.extend(prepared.records)
+
+    def _plugins(self, prepared: Prepared) -> None:
+        """Install the plugins the program needs, unless they are known to be there.
+
+        Only for programs whose dependencies were installed, or that have none to install
+        (YAML); for others the engine acquires missing plugins itself.
+        """
+        project = self.project
+        if prepared.plan is None and project.runtime != "yaml":
+            return
+        checks = PluginChecks(
+            self.settings.installer.store.root / "plugin-checks", self.settings.plugin_store
+        )
+        key = prepared.plan.key if prepared.plan else project_key(project)
+        started = time.monotonic()
+        if checks.satisfied(key):
+            self.installs.append(
+                InstallRecord("plugins", PLUGIN_TOOL, hit=True, seconds=time.monotonic() - started)
+            )
+            return
+        try:
+            with ticking(f"installing plugins ({PLUGIN_TOOL})", self._installing):
+                self.cli.run(["install", "--no-dependencies"])
+        except CliError as err:
+            self._plugins_failed(err, time.monotonic() - started)
+            return
+        except CliStoppedError as err:
+            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+        checks.record(key)
+        self.installs.append(
+            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=time.monotonic() - started)
+        )
+        self.cache_bytes["plugins"] = disk_usage(self.settings.plugin_store)
+
+    def _plugins_failed(self, err: CliError, seconds: float) -> None:
+        """Raise the failure of the plugin step (an older CLI without it: carry on)."""
+        output = f"{err.result.stderr}\n{err.result.stdout}"
+        if _UNKNOWN_COMMAND.search(output):
+            self.log.info("This CLI has no `pulumi install`; the engine installs plugins")
+            return
+        if self.cli.interrupted:
+            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+        self.installs.append(
+            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=seconds, succeeded=False)
+        )
+        kind = _PERMANENT_KINDS[permanence(output)]
+        text = self.scrubber.scrub(failure_message(f"installing plugins ({PLUGIN_TOOL})", output))
+        raise StepFailedError("plugins", kind, text) from err
+
+    def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Result:
+        """Run an engine operation with its events followed and observed."""
+        with self._phase(phase, step) as observer, EventLog(observer.on_event) as events:
+            tail = [*_DISPLAY, "--event-log", str(events), "--stack", self.request.stack]
+            return self.cli.run([*args, *tail])
+
+    @contextlib.contextmanager
+    def _phase(self, phase: Phase, step: Step | None = None) -> Iterator[StepObserver]:
+        """Run a phase: observe its events and turn its failure into ``StepFailedError``."""
+        if step is not None:
+            self.observer = StepObserver(step, self._report)
+        try:
+            yield self.observer
+        except (CliError, CliStoppedError, OSError, ValueError) as err:
+            self.log.debug("Pulumi phase failed", phase=phase, exc_type=type(err).__name__)
+            raise StepFailedError(phase, self._classify(err, phase)) from err
+        finally:
+            self.observer.flush()
+
+    def _classify(self, err: Exception, phase: Phase) -> ErrorKind:
+        if self.cli.interrupted or isinstance(err, CliStoppedError):
+            return ErrorKind.INTERRUPTED
+        if not isinstance(err, CliError):
+            return classify(phase, "", "")
+        stderr = "\n".join([err.result.stderr, *self.observer.errors])
+        if self.assumed and stack_missing(stderr):
+            return ErrorKind.STACK_NOT_FOUND
+        return classify(phase, err.result.stdout, stderr)
+
+    def _failure_text(self, failure: StepFailedError) -> str:
+        """The engine's error diagnostics, else the CLI's last lines, else the exception."""
+        cause = failure.__cause__
+        if isinstance(cause, CliStoppedError):
+            return f"interrupted by the operator before `pulumi {cause.words}` started"
+        text = failure.detail or "\n".join(self.observer.errors) or self._output_tail()
+        if not text and cause is not None:
+            text = f"{type(cause).__name__}: {cause}".splitlines()[0]
+        if failure.kind is ErrorKind.INTERRUPTED:
+            return f"{failure.phase} interrupted by the operator" + (f"\n{text}" if text else "")
+        return text
+
+    def _output_tail(self) -> str:
+        last = self.cli.last
+        if last is None:
+            return ""
+        for stream in (last.stderr, last.stdout):
+            lines = [line for line in stream.splitlines() if line.strip()]
+            if lines:
+                return "\n".join(lines[-_TAIL_LINES:])
+        return ""
+
+    def _read_outputs(self) -> dict[str, Any]:
+        """The stack's outputs from ``pulumi stack output --json``, secrets as ``"[secret]"``."""
+        args = ["stack", "output", "--json", "--stack", self.request.stack]
+        result = self.cli.run(args, interruptible=False)
+        outputs = json.loads(result.stdout or "{}")
+        if not isinstance(outputs, dict):
+            msg = "`pulumi stack output --json` did not print an object"
+            raise ValueError(msg)  # noqa: TRY004 - _phase turns ValueError into a failure
+        return outputs
+
+    def _message(self) -> list[str]:
+        return ["--message", self.request.message] if self.request.message else []
+
+    def _targets(self) -> list[str]:
+        return [arg for target in self.request.targets for arg in ("--target", target)]
+
+    def _log_line(self, line: str) -> None:
+        if line.strip():
+            self.log.debug("pulumi", line=self.scrubber.scrub(line))
+
+    def _report(self, progress: Progress) -> None:
+        try:
+            self.on_progress(progress)
+        except Exception:  # the event follower's thread must never see it
+            self.log.exception("Progress callback failed")
+
+
+def _not_found(err: CliError) -> bool:
+    return classify("select", err.result.stdout, err.result.stderr) is ErrorKind.STACK_NOT_FOUND
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _permalink(stdout: str) -> str | None:
+    """The update's web page, which Pulumi Cloud backends print after an operation."""
+    found = _PERMALINK.search(stdout)
+    return found.group(1) if found else None

@@ -1,0 +1,87 @@
+"""The ``Runner`` interface: what the reconciler asks of whatever runs Pulumi for it.
+
+Implementations: ``LocalRunner`` runs the CLI as a child of the operator. A runner that runs
+each operation elsewhere (in a pod) implements the same methods; ``prepare``, ``attach`` and
+``locks`` are the parts where the two differ most.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+from workspace.runner.types import LockInfo, Outcome, ProgressCallback, UpdateRequest
+
+
+class Runner(Protocol):
+    """Runs Pulumi operations for Stacks; one operation per stack at a time.
+
+    Every operation returns an ``Outcome`` (never raises for a failed run: the failure is
+    classified in ``Outcome.error``); ``stop`` interrupts it (the outcome then says so).
+    No method raises for a Pulumi or backend failure; programming errors may raise.
+    """
+
+    def run(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        """Optionally refresh, then ``up`` (or ``preview`` when ``request.preview``).
+
+        Prepares the workspace first (see ``prepare``). With ``request.refresh`` an ``up``
+        is preceded by a refresh (``REFRESH_CHANGES`` on drift with
+        ``expect_no_refresh_changes``); a preview never writes state. ``on_progress`` is
+        called from other threads, at most once a second per step plus once at its end.
+        """
+        ...
+
+    def destroy(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> Outcome:
+        """Destroy the stack's resources and remove the stack; a missing stack succeeds."""
+        ...
+
+    def clear_stale_lock(self, request: UpdateRequest) -> bool:
+        """Release the stack's lock if a dead run of this operator left it; True if it did.
+
+        Only a lock provably left by a dead run is released; a lock the runner cannot
+        judge is left alone (False).
+        """
+        ...
+
+    def cancel(self, request: UpdateRequest) -> bool:
+        """Cancel the stack's update in flight (known to be dead); False if that failed."""
+        ...
+
+    def prepare(self, request: UpdateRequest) -> Outcome | None:
+        """Make the request's workspace ready for ``run``; None when it is.
+
+        Checks the project, makes the Stack's ``PULUMI_HOME``, selects the stack (creating
+        it unless ``use_local_stack_only``) and writes its config. On failure, the
+        ``Outcome`` that ``run`` would have returned for it. ``run`` prepares by itself:
+        calling this first is optional (to check a new source early). A remote runner may
+        do nothing here and return None.
+        """
+        ...
+
+    def attach(
+        self,
+        request: UpdateRequest,
+        *,
+        on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome | None:
+        """The outcome of the stack's operation that was in flight when the operator restarted.
+
+        A runner whose operations outlive the operator (a pod) waits for that operation
+        (reporting its progress) and returns its outcome; None when there is none to
+        attach to. ``LocalRunner``'s operations die with the operator: it always returns
+        None.
+        """
+        ...
+
+    def locks(self, request: UpdateRequest) -> list[LockInfo] | None:
+        """Who holds the stack's backend lock now: one entry per lock, oldest first.
+
+        ``[]`` when the stack is not locked; None when this runner cannot see the
+        backend's locks (only ``file://`` backends keep them where a runner can read them).
+        """
+        ...

@@ -1,0 +1,58 @@
+"""Where the install tools keep what they download: one cache per tool, in the store.
+
+Shared by every run of the trust domain (the operator for the local runner, a namespace's
+cache volume in a run pod), so a package is downloaded once; ``Store.evict`` bounds them.
+The variables also keep the tools quiet and non-interactive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from workspace.runner.deps.store import Store
+
+_DIRECTORIES = {
+    "npm_config_cache": "npm",
+    "YARN_CACHE_FOLDER": "yarn",
+    "COREPACK_HOME": "corepack",  # the yarn and pnpm releases corepack fetches
+    "PIP_CACHE_DIR": "pip",
+    "UV_CACHE_DIR": "uv",
+    "POETRY_CACHE_DIR": "poetry",
+    "GOMODCACHE": "go-mod",
+    "GOCACHE": "go-build",
+}
+_QUIET = {
+    "npm_config_update_notifier": "false",
+    "npm_config_fund": "false",
+    "npm_config_audit": "false",
+    "npm_config_progress": "false",
+    "COREPACK_ENABLE_DOWNLOAD_PROMPT": "0",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_INPUT": "1",
+    "POETRY_NO_INTERACTION": "1",
+    "UV_NO_PROGRESS": "1",
+    # Go makes its module cache read-only; eviction must be able to delete it.
+    "GOFLAGS": "-modcacherw",
+}
+
+
+VARIABLES = frozenset(_DIRECTORIES) | frozenset(_QUIET)
+"""The names of every variable ``download_env`` sets."""
+
+
+def download_env(store: Store) -> dict[str, str]:
+    """The variables that point every install tool at its cache in ``store``."""
+    store.downloads("pnpm")
+    env = {name: str(store.downloads(tool)) for name, tool in _DIRECTORIES.items()}
+    return {**env, **_QUIET}
+
+
+def pnpm_store(env: Mapping[str, str]) -> Path | None:
+    """The content-addressed store of pnpm, beside npm's cache in ``env`` (None: not given).
+
+    pnpm takes it as ``--store-dir``: npm reads every ``npm_config_*`` variable too, and
+    warns about one it does not know.
+    """
+    cache = env.get("npm_config_cache")
+    return Path(cache).parent / "pnpm" if cache else None

@@ -1,0 +1,247 @@
+"""The run pod's manifest: one pod per run, named after its Stack, hardened by default.
+
+Guarantees of ``run_pod``:
+
+* The name is a function of the Stack's name only (``pod_name``): the API server refuses a
+  second run pod of one Stack while the first exists.
+* The pod runs as the Stack's ServiceAccount, ``restartPolicy: Never`` (a failed run is
+  concluded by the operator, never re-run behind its back), with ``activeDeadlineSeconds``
+  as a backstop past the run's own deadline, and no service links.
+* ``restricted`` (the default profile) meets the restricted Pod Security Standard:
+  non-root (uid 65532), no privilege escalation, every capability dropped, seccomp
+  ``RuntimeDefault``, a read-only root filesystem; ``/workspace`` (checkout, homes) and
+  ``/tmp`` are emptyDir volumes. ``baseline`` drops the non-root user and the read-only
+  root (images that need root), and keeps the rest: no privilege escalation, every
+  capability dropped (root without capabilities: no NET_RAW, no CHOWN, no SETUID...),
+  seccomp ``RuntimeDefault``.
+* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable. The
+  git credentials are variables of the ``checkout`` init container only, which checks the
+  source out into ``/workspace``; the program's container never has them.
+* The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
+  policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
+  change the command, the security context or the ServiceAccount.
+* ``RunCaching``: when the namespace has the cache claim, the run container (not the
+  checkout) mounts it at ``CACHE_MOUNT`` and the agent keeps the program's installed
+  dependencies, download caches and plugins there (``PSO_CACHE_DIR``), bounded by
+  ``PSO_CACHE_LIMIT`` bytes; ``PSO_PLUGIN_MIRROR`` is where plugins are downloaded from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from workspace.runner.job import RunJob, SecretEnv
+
+CONTAINER = "pulumi"
+CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
+WORKSPACE = "/workspace"
+UID = 65532
+MANAGED_BY = "pulumi-stack-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+COMPONENT = "pulumi-run"
+LABEL_STACK_UID = "pulumi-stack-operator.dev/stack-uid"
+ANNOTATION_STACK = "pulumi-stack-operator.dev/stack"
+ANNOTATION_GENERATION = "pulumi-stack-operator.dev/generation"
+ANNOTATION_COMMIT = "pulumi-stack-operator.dev/commit"
+ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
+AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
+CACHE_VOLUME = "pulumi-cache"
+CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.workspace)
+_NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
+
+
+@dataclass(frozen=True)
+class RunCaching:
+    """How run pods cache what they install.
+
+    ``claim``: the PersistentVolumeClaim of a Stack's namespace mounted as the cache when it
+    exists ("": never); ``limit``: bytes the cache may hold before eviction; ``mirror``: the
+    URL plugins are downloaded from (None: their own).
+    """
+
+    claim: str = "pulumi-cache"
+    limit: int = 10 * 1024**3
+    mirror: str | None = None
+
+
+def pod_name(stack_name: str) -> str:
+    """The run pod's name for the Stack ``stack_name`` (at most 63 characters)."""
+    name = f"{stack_name}-pulumi"
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:10]
+    return f"{stack_name[:44].rstrip('-.')}-pulumi-{digest}"
+
+
+def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
+    job: RunJob,
+    operation: str,
+    *,
+    image: str,
+    grace: float,
+    caching: RunCaching | None = None,
+    cached: bool = False,
+) -> dict[str, Any]:
+    """The manifest of the pod that runs ``operation`` for ``job`` (see the module doc).
+
+    ``image`` is used unless the Stack names its own; ``grace`` is the seconds the pod has
+    between SIGTERM (the operator interrupting the run) and SIGKILL. ``cached``: the
+    namespace has ``caching.claim``, which the run container mounts.
+    """
+    template = job.template()
+    spec = _pod_spec(job, operation, template, image, grace)
+    _add_caching(spec, caching or RunCaching(claim=""), cached=cached)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(job, operation, template),
+        "spec": spec,
+    }
+
+
+def _add_caching(spec: dict[str, Any], caching: RunCaching, *, cached: bool) -> None:
+    """Mount the cache claim into the run container and tell the agent about it."""
+    container = spec["containers"][0]
+    env = [{"name": "PSO_CACHE_LIMIT", "value": str(caching.limit)}]
+    if caching.mirror:
+        env.append({"name": "PSO_PLUGIN_MIRROR", "value": caching.mirror})
+    if cached and caching.claim:
+        env.append({"name": "PSO_CACHE_DIR", "value": CACHE_MOUNT})
+        claim = {"claimName": caching.claim}
+        spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+        container["volumeMounts"].append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT})
+    container["env"] = [*env, *container["env"]]
+
+
+def _metadata(job: RunJob, operation: str, template: dict[str, Any]) -> dict[str, Any]:
+    labels = {
+        **template.get("labels", {}),
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_STACK_UID: job.stack_uid,
+    }
+    annotations = {
+        **template.get("annotations", {}),
+        ANNOTATION_STACK: job.stack_name,
+        ANNOTATION_GENERATION: str(job.generation),
+        ANNOTATION_COMMIT: job.commit,
+        ANNOTATION_OPERATION: operation,
+    }
+    owner = {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Stack",
+        "name": job.stack_name,
+        "uid": job.stack_uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+    return {
+        "name": pod_name(job.stack_name),
+        "namespace": job.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [owner],
+    }
+
+
+def _pod_spec(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, grace: float
+) -> dict[str, Any]:
+    restricted = job.security_profile != "baseline"
+    spec: dict[str, Any] = {
+        "serviceAccountName": job.service_account,
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": int(grace) + 5,
+        # The operator interrupts the run at its deadline; this only catches a run whose
+        # operator is gone and a pod that ignores SIGTERM.
+        "activeDeadlineSeconds": int(job.timeout + grace) + 60,
+        "securityContext": _pod_security(restricted=restricted),
+        "initContainers": [_checkout(job, operation, template, image, restricted=restricted)],
+        "containers": [_container(job, operation, template, image, restricted=restricted)],
+        "volumes": [
+            {"name": "workspace", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            *template.get("volumes", []),
+        ],
+    }
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        if key in template:
+            spec[key] = template[key]
+    return spec
+
+
+def _pod_security(*, restricted: bool) -> dict[str, Any]:
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if restricted:
+        context |= {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
+    return context
+
+
+def _container(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": job.image or image,
+        "command": list(AGENT_COMMAND),
+        "env": [*_agent_env(job, operation), *template.get("env", [])],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+            *template.get("volumeMounts", []),
+        ],
+        "securityContext": _container_security(restricted=restricted),
+        # A crash's last log lines become the container's termination message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if job.image_pull_policy:
+        container["imagePullPolicy"] = job.image_pull_policy
+    for key in ("envFrom", "resources"):
+        if key in template:
+            container[key] = template[key]
+    return container
+
+
+def _checkout(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
+) -> dict[str, Any]:
+    """The init container that checks the source out: the only one with the git credentials."""
+    container = _container(job, operation, template, image, restricted=restricted)
+    container["name"] = CHECKOUT
+    container["command"] = [*AGENT_COMMAND, "checkout"]
+    plain = [e for e in container["env"] if not e["name"].startswith("PSO_SECRET_")]
+    container["env"] = [*plain, *_secret_env(job.git_env)]
+    return container
+
+
+def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
+    plain = {
+        "PSO_JOB": job.document,
+        "PSO_OPERATION": operation,
+        "HOME": f"{WORKSPACE}/home",
+        "TMPDIR": "/tmp",  # noqa: S108 - the pod's own emptyDir
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
+    return [*env, *_secret_env(job.secret_env)]
+
+
+def _secret_env(variables: tuple[SecretEnv, ...]) -> list[dict[str, Any]]:
+    return [
+        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+        for s in variables
+    ]
+
+
+def _container_security(*, restricted: bool) -> dict[str, Any]:
+    """No escalation and no capabilities in both profiles; restricted adds the rest."""
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if restricted:
+        context |= {"readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    return context
