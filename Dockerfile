@@ -29,7 +29,7 @@ ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 # bookworm's is 18): node, npm and corepack are copied from /usr/local of this image, laid
 # out as the official node images lay it out. hack/build-image makes one from the host's.
 ARG NODE_IMAGE=node:20-bookworm-slim
-# Keep in step with PULUMI_VERSION in testbed/assets.py: the CLI the tests run.
+# Keep in step with PULUMI_VERSION in testbed/assets/pulumi.py: the CLI the tests run.
 ARG PULUMI_VERSION=3.274.1
 # x64 or arm64, as the release archives are named.
 ARG PULUMI_ARCH=x64

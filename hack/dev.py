@@ -22,15 +22,14 @@ status after ``--timeout`` seconds: the test suite runs it that way so that it c
 Operator flags go after ``--``: ``make dev ARGS="-- --workers=4"``.
 
 ``--node`` (``hack/dev_node.py``) runs the operator's image instead, deployed from
-``manifests/default`` onto a real single-node cluster (root only).
+``manifests/default`` onto a real single-node cluster (root only). Both modes share the
+sample, the state directory and the waits (``hack/dev_common.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import json
 import os
 import shutil
 import signal
@@ -39,7 +38,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any
 
 import yaml
 
@@ -49,6 +48,18 @@ if str(REPO) not in sys.path:  # run as a script (hack/dev.py), not as a module
 
 from kubernetes import client  # noqa: E402 - after the sys.path fix-up above
 
+from hack.dev_common import (  # noqa: E402
+    NAMESPACE,
+    PROGRAM,
+    SHUTDOWN_TIMEOUT,
+    STACK,
+    DevError,
+    claimed,
+    follow,
+    sample_manifests,
+    say,
+    until_ready,
+)
 from testbed.assets import AssetError, find_kube_binary, find_pulumi  # noqa: E402
 from testbed.control_plane import Binaries, ControlPlane, wait_established  # noqa: E402
 from testbed.git_server import Checkout, GitServer  # noqa: E402
@@ -56,23 +67,6 @@ from testbed.operator import Operator  # noqa: E402
 from testbed.process import ProcessError  # noqa: E402
 
 CRD = REPO / "manifests" / "crd" / "stacks.pulumi.com.yaml"
-PROGRAM = REPO / "testbed" / "programs" / "files"
-LOCK = ".dev.lock"  # marks a directory as ours (only such a directory is ever wiped)
-NAMESPACE, STACK = "default", "sample"
-# A throw-away passphrase for a throw-away backend under the state directory.
-PASSPHRASE = "dev-passphrase-not-a-secret"  # noqa: S105
-# Seconds running updates get after SIGTERM; the operator's default (600) suits a pod,
-# not a developer waiting at a terminal.
-SHUTDOWN_TIMEOUT = 10
-
-
-class DevError(RuntimeError):
-    """Something the developer must fix; the message says what."""
-
-
-def say(message: str) -> None:
-    """One short progress line."""
-    print(f"[dev] {message}", flush=True)
 
 
 def default_state_dir() -> Path:
@@ -113,35 +107,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "operator_flags", nargs="*", metavar="-- FLAG", help="flags for the operator"
     )
     return parser.parse_args(argv)
-
-
-# -- the state directory ----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def claimed(state: Path) -> Iterator[None]:
-    """Hold the state directory's lock and empty it (all but the lock) for a fresh run.
-
-    Raises:
-        DevError: another run holds it, or it is a non-empty directory of someone else's.
-    """
-    state.mkdir(parents=True, exist_ok=True)
-    lock = state / LOCK
-    if not lock.exists() and any(state.iterdir()):
-        msg = f"{state} is not empty and not a dev state directory; pick another --state-dir"
-        raise DevError(msg)
-    with lock.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            msg = f"another hack/dev.py is running in {state}; stop it or pass --state-dir"
-            raise DevError(msg) from None
-        for entry in state.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            elif entry.name != LOCK:
-                entry.unlink()
-        yield
 
 
 def binaries() -> tuple[Binaries, Path]:
@@ -312,40 +277,6 @@ class DevCluster:
         return bin_dir
 
 
-def sample_manifests(repo: str, backend: Path, output: Path) -> list[dict[str, Any]]:
-    """The passphrase Secret and the sample Stack, which writes ``output``."""
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "pulumi-secrets", "namespace": NAMESPACE},
-        "stringData": {"passphrase": PASSPHRASE},
-    }
-    passphrase = {"type": "Secret", "secret": {"name": "pulumi-secrets", "key": "passphrase"}}
-    stack = {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": STACK, "namespace": NAMESPACE},
-        "spec": {
-            "stack": "dev",
-            "backend": f"file://{backend}",
-            "projectRepo": repo,
-            "branch": "main",
-            "resyncFrequencySeconds": 60,
-            "config": {"path": str(output), "content": "hello from make dev\n"},
-            "envRefs": {"PULUMI_CONFIG_PASSPHRASE": passphrase},
-        },
-    }
-    return [secret, stack]
-
-
-def is_ready(obj: dict[str, Any]) -> bool:
-    """Ready=True, and the status is about the current generation."""
-    status = obj.get("status") or {}
-    current = status.get("observedGeneration") == obj["metadata"]["generation"]
-    ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
-    return current and bool(ready) and ready[0]["status"] == "True"
-
-
 def print_usage(dev: DevCluster) -> None:
     """How to watch the sample Stack from another terminal."""
     metrics = f"http://127.0.0.1:{dev.operator.metrics_port}/metrics"
@@ -369,68 +300,10 @@ The operator is starting. In another terminal:
     )
 
 
-# -- waiting ----------------------------------------------------------------------------
-
-
-class Watched(Protocol):
-    """What the waits need of a run: the local one (DevCluster) or the node's (dev_node)."""
-
-    following: bool  # the operator's log is echoed to stdout
-
-    @property
-    def log_hint(self) -> str:
-        """Where the operator's log is."""
-
-    def stack(self) -> dict[str, Any]:
-        """The sample Stack as the API serves it."""
-
-    def check_operator(self) -> None:
-        """Raise DevError if the operator has failed for good."""
-
-    def echo_log(self) -> None:
-        """Copy the operator's new log lines to stdout."""
-
-
-def wait_ready(dev: Watched, deadline: float) -> bool:
-    """Poll the sample Stack until Ready (True) or ``deadline`` (False)."""
-    while time.monotonic() < deadline:
-        dev.check_operator()
-        if is_ready(dev.stack()):
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def follow(dev: Watched, started: float, timeout: float) -> NoReturn:
-    """Echo the operator's log and report readiness, until interrupted."""
-    dev.following, reported = True, False
-    while True:
-        dev.echo_log()
-        dev.check_operator()
-        if not reported and is_ready(dev.stack()):
-            say(f"Stack {NAMESPACE}/{STACK} is Ready ({time.monotonic() - started:.0f}s)")
-            reported = True
-        elif not reported and time.monotonic() - started > timeout:
-            say(f"Stack {NAMESPACE}/{STACK} is not Ready after {timeout:.0f}s; see its status")
-            reported = True
-        time.sleep(0.5)
-
-
-def until_ready(dev: Watched, started: float, timeout: float) -> int:
-    """Wait for the sample Stack: 0 once Ready, 1 (its status printed) after ``timeout``."""
-    if wait_ready(dev, started + timeout):
-        say(f"Stack {NAMESPACE}/{STACK} is Ready ({time.monotonic() - started:.0f}s)")
-        return 0
-    status = json.dumps(dev.stack().get("status"), indent=1)
-    say(f"Stack {NAMESPACE}/{STACK} is not Ready after {timeout:.0f}s:\n{status}")
-    say(f"operator log: {dev.log_hint}")
-    return 1
-
-
 def run(args: argparse.Namespace) -> int:
     """Start, then wait for Ready (``--until-ready``) or follow the log; always stop."""
     if args.node:
-        from hack import dev_node  # noqa: PLC0415 - it imports this module
+        from hack import dev_node  # noqa: PLC0415 - only --node needs the node's test bed
 
         return dev_node.run(args)
     started = time.monotonic()
@@ -460,8 +333,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as ``hack.dev``, the module hack/dev_node.py imports, so that both share one
-    # DevError (a script's ``__main__`` would be a second copy of this module).
-    from hack import dev  # noqa: PLW0406 - see above
-
-    sys.exit(dev.main())
+    sys.exit(main())

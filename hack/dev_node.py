@@ -41,8 +41,18 @@ from typing import IO, Any
 import yaml
 from kubernetes import client
 
-from hack import dev
-from hack.dev import NAMESPACE, PROGRAM, SHUTDOWN_TIMEOUT, STACK, DevError, say
+from hack.dev_common import (
+    NAMESPACE,
+    PROGRAM,
+    SHUTDOWN_TIMEOUT,
+    STACK,
+    DevError,
+    claimed,
+    follow,
+    sample_manifests,
+    say,
+    until_ready,
+)
 from testbed.assets import AssetError, find_pulumi
 from testbed.git_server import Checkout, GitServer
 from testbed.image import (
@@ -282,10 +292,10 @@ class NodeDev:
 
     def _apply_sample(self, repo: str) -> None:
         output = MOUNT / self.output.relative_to(self.volume)
-        manifests = dev.sample_manifests(repo, MOUNT / "backend", output)
+        manifests = sample_manifests(repo, MOUNT / "backend", output)
         # The run pods (--runner=pod) mount volume/ at /state through a claim in the
         # sample's namespace; the local runner (--runner=local) uses the operator's mount.
-        claim = deployment.state_volume(self.volume, dev.NAMESPACE, SAMPLE_CLAIM, SAMPLE_CLAIM)
+        claim = deployment.state_volume(self.volume, NAMESPACE, SAMPLE_CLAIM, SAMPLE_CLAIM)
         for obj in manifests:
             if obj["kind"] == "Stack":
                 obj["spec"]["workspaceTemplate"] = deployment.state_workspace(SAMPLE_CLAIM)
@@ -301,7 +311,7 @@ class NodeDev:
                 raise DevError(msg)
             time.sleep(0.5)
 
-    # -- what the waits use (hack.dev.Watched) --------------------------------------------
+    # -- what the waits use (hack.dev_common.Watched) --------------------------------------
 
     def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run kubectl as admin (unchecked), with a discovery cache of this run's own."""
@@ -408,12 +418,12 @@ The operator runs in a pod on node {node.cluster.node_name}. In another terminal
 def run(args: argparse.Namespace) -> int:
     """``hack/dev.py --node``: as ``hack.dev.run``, on the node (see the module docstring)."""
     binaries = prerequisites()
-    with dev.claimed(args.state_dir):
+    with claimed(args.state_dir):
         image = operator_image()
         started = time.monotonic()  # --timeout counts from here: a cold build takes minutes
         node = NodeDev(args.state_dir.resolve(), binaries, image, args.operator_flags)
         with node.running():
             print_usage(node)
             if not args.until_ready:
-                dev.follow(node, started, args.timeout)
-            return dev.until_ready(node, started, args.timeout)
+                follow(node, started, args.timeout)
+            return until_ready(node, started, args.timeout)

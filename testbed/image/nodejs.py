@@ -19,12 +19,9 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from testbed.image.cache import ImageError, log
-
-if TYPE_CHECKING:
-    from testbed.image.engine import Engine
 
 MIN_MAJOR = 20  # @pulumi/pulumi's engines.node
 NODE_REPOSITORY = "localhost/pso-node"
@@ -41,6 +38,20 @@ HINT = (
     f"the image's Node.js is copied from this machine's: install Node.js >= {MIN_MAJOR} with "
     "npm and corepack (e.g. NodeSource's nodejs .deb; Debian bookworm's nodejs is 18)"
 )
+
+
+class Importer(Protocol):
+    """What ``ensure_node`` needs of a container engine (``testbed.image.engine.Engine``).
+
+    Declared here, not imported, so that this module does not depend on the engine's,
+    which asks this one whether the stage can be made here (``problem``).
+    """
+
+    def image_id(self, ref: str) -> str | None:
+        """The id of the local image ``ref``, or None when there is none."""
+
+    def run(self, *args: str) -> object:
+        """Run ``<engine> args…``, raising ImageError when it fails."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +107,7 @@ def node_key(node: HostNode) -> str:
     return f"{node.version}-{digest}"
 
 
-def ensure_node(engine: Engine) -> str:
+def ensure_node(engine: Importer) -> str:
     """The ref of the imported Node.js stage, made from the host's Node.js when missing.
 
     Raises ImageError when there is no suitable Node.js here, or the import fails.

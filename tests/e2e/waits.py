@@ -19,27 +19,25 @@ stack's checkpoint records the operation as pending while the provider works on 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.operator import Operator
+from testbed.waits import wait_for
 from tests.status.invariants import Observation
 
 POLL = 0.2  # seconds between two looks
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL)
+    """Poll ``check`` every ``POLL`` s until it holds; fail naming ``what`` otherwise.
+
+    ``testbed.waits.wait_for`` under the name the end-to-end tests call.
+    """
+    wait_for(check, what, timeout, interval=POLL)
 
 
 def reconciles(metrics: str) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from testbed.image import INSTALL_HINT, missing_tools
+from testbed.waits import wait_for
 from tests.node.cluster import node_binaries_or_skip
 
 pytestmark = pytest.mark.e2e
@@ -52,10 +53,13 @@ def processes_in(state: Path) -> list[str]:
 
 def assert_nothing_left(state: Path) -> None:
     """No process of the run is left (a few seconds allowed for exits in flight)."""
-    deadline = time.monotonic() + 5
-    while (left := processes_in(state)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, "left running:\n" + "\n".join(left)
+    wait_for(
+        lambda: not processes_in(state),
+        f"every process of the run in {state} to exit",
+        timeout=5,
+        interval=0.2,
+        detail=lambda: "left running:\n" + "\n".join(processes_in(state)),
+    )
 
 
 def test_until_ready_exits_0_with_the_sample_ready_and_nothing_left(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import json
 import shutil
 import signal
 import subprocess
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from testbed.assets import PULUMI_VERSION
 from testbed.image import BuiltImage, Engine, build_image, save_archive
+from testbed.waits import wait_for
 from tests.image.container import UID, WORK_DIR, run_image
 
 pytestmark = [pytest.mark.image]
@@ -188,6 +188,12 @@ def containerd_config(root: Path) -> str:
     )
 
 
+def listening(proc: subprocess.Popen[bytes], root: Path) -> bool:
+    """Whether the containerd ``proc`` listens on ``root/sock``; it must not have exited."""
+    assert proc.poll() is None, (root / "log").read_text()
+    return (root / "sock").is_socket()
+
+
 @pytest.fixture
 def containerd(tmp_path: Path) -> Iterator[Path]:
     """A private containerd (its own root, state and socket); yields its socket."""
@@ -201,11 +207,7 @@ def containerd(tmp_path: Path) -> Iterator[Path]:
             ["containerd", "--config", str(root / "config.toml")], stdout=log, stderr=log
         )
     try:
-        deadline = time.monotonic() + 30
-        while not (root / "sock").is_socket():
-            assert proc.poll() is None, (root / "log").read_text()
-            assert time.monotonic() < deadline, "containerd did not listen within 30s"
-            time.sleep(0.1)
+        wait_for(lambda: listening(proc, root), "containerd to listen", timeout=30, interval=0.1)
         yield root / "sock"
     finally:
         proc.send_signal(signal.SIGTERM)

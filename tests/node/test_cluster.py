@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +26,13 @@ from testbed.node import NodeCluster
 from testbed.node.cluster import READY_TIMEOUT
 from testbed.node.images import HTTP_SERVER_IMAGE
 from testbed.process import ProcessError
+from testbed.waits import wait_for
 from tests.node.cluster import node_binaries_or_skip
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 _TIMEOUT = 90.0
-
-
-def _wait_for(check: Callable[[], Any], what: str, timeout: float = _TIMEOUT) -> Any:
-    """Poll ``check`` until it returns a truthy value (errors count as not yet)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-        except (OSError, client.ApiException) as err:
-            last = err
-        else:
-            if result:
-                return result
-        time.sleep(0.2)
-    pytest.fail(f"never happened within {timeout:.0f}s: {what} (last error: {last})")
+_NOT_YET = (OSError, client.ApiException)  # what a server or pod still starting raises
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -102,7 +88,13 @@ def web(node_cluster: NodeCluster, http_server_image: str) -> Iterator[Web]:
         core.create_namespaced_pod(namespace, pod)
         created: Any = core.create_namespaced_service(namespace, service)
         try:
-            _wait_for(lambda: _ready(core.read_namespaced_pod("web", namespace)), "web is Ready")
+            wait_for(
+                lambda: _ready(core.read_namespaced_pod("web", namespace)),
+                "web is Ready",
+                _TIMEOUT,
+                interval=0.2,
+                ignoring=_NOT_YET,
+            )
             yield Web(namespace, f"http://{created.spec.cluster_ip}")
         finally:
             core.delete_namespace(namespace)
@@ -137,7 +129,13 @@ def test_apiserver_reaches_the_kubelet_for_logs(node_cluster: NodeCluster, web: 
 
 def test_cluster_ip_service_reaches_the_pod_from_the_host(web: Web) -> None:
     """The host's route to the Service range goes through kube-proxy's rules to the pod."""
-    _, body = _wait_for(lambda: (r := _get(f"{web.url}/"))[0] == 200 and r, "the Service answers")
+    _, body = wait_for(
+        lambda: r if (r := _get(f"{web.url}/"))[0] == 200 else None,
+        "the Service answers",
+        _TIMEOUT,
+        interval=0.2,
+        ignoring=_NOT_YET,
+    )
     assert body == "hello from web"
 
 
@@ -145,7 +143,13 @@ def test_mounted_service_account_token_passes_a_token_review(
     node_cluster: NodeCluster, web: Web
 ) -> None:
     """KCM mints the pod's token; the apiserver authenticates it as the pod's ServiceAccount."""
-    _, token = _wait_for(lambda: (r := _get(f"{web.url}/token"))[0] == 200 and r, "a token")
+    _, token = wait_for(
+        lambda: r if (r := _get(f"{web.url}/token"))[0] == 200 else None,
+        "a token",
+        _TIMEOUT,
+        interval=0.2,
+        ignoring=_NOT_YET,
+    )
     review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
     with node_cluster.api_client() as api:
         result: Any = client.AuthenticationV1Api(api).create_token_review(review)
@@ -156,9 +160,12 @@ def test_mounted_service_account_token_passes_a_token_review(
 def test_pod_calls_the_apiserver_through_the_kubernetes_service(web: Web) -> None:
     """In-cluster config works: the ClusterIP, the serving cert's SANs, the token, RBAC."""
     path = urllib.parse.quote("/api", safe="")
-    status, body = _wait_for(
-        lambda: (r := _get(f"{web.url}/apiserver?path={path}"))[0] != 502 and r,
+    status, body = wait_for(
+        lambda: r if (r := _get(f"{web.url}/apiserver?path={path}"))[0] != 502 else None,
         "the apiserver answers the pod",
+        _TIMEOUT,
+        interval=0.2,
+        ignoring=_NOT_YET,
     )
     assert status == 200, body
     assert '"kind":"APIVersions"' in body.replace(" ", "")

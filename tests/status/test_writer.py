@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from controller.cache import ObjectKey, Store
 from controller.view import ReadYourWritesView
 from status import conditions as cond
 from status.writer import StatusTooLargeError, StatusWriter
+from testbed import waits
 
 pytestmark = pytest.mark.integration
 
@@ -170,11 +170,11 @@ def reconciling_message(
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    """Poll ``check`` for up to ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """Poll ``check`` every 0.05 s for up to ``timeout`` seconds (``testbed.waits.wait_for``).
+
+    The writer's tests (here and in ``test_writer_outage``) wait at this pace.
+    """
+    waits.wait_for(check, what, timeout, interval=0.05)
 
 
 def publishing(

@@ -21,3 +21,46 @@ def test_fails_naming_what_it_waited_for() -> None:
     with pytest.raises(AssertionError, match="timed out after 0s waiting for the Lease"):
         wait_for(lambda: next(calls) < 0, "the Lease", timeout=0.05, interval=0.01)
     assert next(calls) > 1  # it polled more than once
+
+
+def test_ignored_errors_count_as_not_yet() -> None:
+    """An ignored error is polled past; the first truthy value after it is returned."""
+    results = iter([ConnectionRefusedError("starting"), None, "up"])
+
+    def check() -> str | None:
+        result = next(results)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    assert wait_for(check, "the server", timeout=5, interval=0, ignoring=(OSError,)) == "up"
+
+
+def test_a_timeout_names_the_last_ignored_error_and_the_detail() -> None:
+    """The failure ends with the last ignored error and what ``detail`` says is in the way."""
+
+    def refused() -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(AssertionError, match=r"the port \(last error: Connection.*: 1 left$"):
+        wait_for(
+            refused,
+            "the port",
+            timeout=0.02,
+            interval=0.01,
+            ignoring=(OSError,),
+            detail=lambda: "1 left",
+        )
+
+
+def test_an_error_not_ignored_propagates_at_once() -> None:
+    """Only the listed error types mean "not yet"; any other one ends the wait."""
+    calls = itertools.count()
+
+    def broken() -> None:
+        next(calls)
+        raise ValueError("a bug in the check")
+
+    with pytest.raises(ValueError, match="a bug in the check"):
+        wait_for(broken, "anything", timeout=5, interval=0, ignoring=(OSError,))
+    assert next(calls) == 1  # it was called once
