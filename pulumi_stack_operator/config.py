@@ -18,7 +18,7 @@ from pathlib import Path
 
 from controller.config import Application, Config, parse, positive
 from controller.config import build_parser as build_manager_parser
-from reconcile.spec.names import DNS_LABEL, is_subdomain
+from controller.names import is_dns_label, is_dns_subdomain
 from reconcile.tenancy import ANY, RUNNER_LABEL, Tenancy
 
 ENV_PREFIX = "PSO_"
@@ -94,7 +94,7 @@ def mirror_url(value: str) -> str:
 
 def claim_name(value: str) -> str:
     """An argparse ``type``: a PersistentVolumeClaim name (a DNS label), or "" for none."""
-    if value and (len(value) > 63 or not DNS_LABEL.fullmatch(value)):
+    if value and not is_dns_label(value):
         msg = f"{value!r} is not a PersistentVolumeClaim name (lower case, digits, '-')"
         raise argparse.ArgumentTypeError(msg)
     return value
@@ -109,7 +109,7 @@ def name_list(kind: str, *, wildcard: bool = False) -> Callable[[str], frozenset
     def parse(value: str) -> frozenset[str]:
         names = frozenset(part.strip() for part in value.split(",") if part.strip())
         for name in names:
-            if not (wildcard and name == ANY) and not is_subdomain(name):
+            if not (wildcard and name == ANY) and not is_dns_subdomain(name):
                 msg = f"{name!r} is not a {kind} name (lower case, digits, '-', '.')"
                 raise argparse.ArgumentTypeError(msg)
         return names

@@ -9,8 +9,11 @@ turns it into a ``StackSpec``. Field names and meanings follow the Pulumi Kubern
 - ``fields``: readers of one raw field, and the field paths errors name;
 - ``parse``: ``parse_spec``, the assembly: known fields, the program source, periods, flags;
 - ``config``, ``resource_refs``, ``repo_url``, ``backend_rules``, ``workspace``: one section
-  each (``workspace``: ``serviceAccountName`` and ``workspaceTemplate``, for the pod runner);
-- ``durations``: Go duration strings.
+  each (``workspace``: ``serviceAccountName`` and ``workspaceTemplate``, for the pod runner,
+  with ``volumes`` for its volumes and mounts, ``pod_metadata`` for its labels and
+  annotations, and ``template_fields``, the readers they share);
+- ``names``: names and keys (object names over ``controller.names``, labels, data keys,
+  variables); ``durations``: Go duration strings.
 
 Guarantees:
 

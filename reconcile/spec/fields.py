@@ -1,6 +1,7 @@
 """Readers of one field of a raw Stack spec: a typed value, or a ``SpecError`` naming it.
 
-Role: the only code that type-checks raw spec values. ``obj`` is the mapping found at
+Role: the only code that type-checks raw spec values, with ``template_fields`` for the
+``workspaceTemplate``'s closed objects and pass-through parts. ``obj`` is the mapping found at
 ``path``; a reader returns ``obj[key]`` in the type asked for, or raises a ``SpecError``
 whose path is ``path / key`` and whose problem says what was found.
 

@@ -11,11 +11,11 @@ validated; the one kept follows PKO's precedence ssh > token > basic.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from controller.names import is_dns_subdomain
 from reconcile.spec.fields import (
     SPEC,
     FieldPath,
@@ -28,11 +28,7 @@ from reconcile.spec.fields import (
     required_string,
 )
 from reconcile.spec.model import GitAuth, ResourceRef, SecretKeyRef, SpecError
-from reconcile.spec.names import is_subdomain
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-_MAX_NAME = 253
+from reconcile.spec.names import ENV_NAME_RULE, is_data_key, is_env_name
 
 _REF_FIELDS: Final = frozenset({"type", "secret", "literal", "env", "filesystem"})
 _SELECTORS: Final = MappingProxyType(
@@ -65,9 +61,8 @@ def env_name(key: str, path: FieldPath) -> str:
     Raises:
         SpecError: on ``path[key]``, saying which characters are allowed.
     """
-    if not _ENV_NAME.fullmatch(key):
-        problem = "not an environment variable name: use letters, digits and _ (no leading digit)"
-        raise SpecError(path.entry(key), problem)
+    if not is_env_name(key):
+        raise SpecError(path.entry(key), ENV_NAME_RULE)
     return key
 
 
@@ -162,8 +157,8 @@ def _secret_key_ref(raw: object, path: FieldPath, namespace: str) -> SecretKeyRe
             f" {namespace!r} and remove secret.namespace"
         )
         raise SpecError(path / "namespace", problem)
-    if not is_subdomain(name):
+    if not is_dns_subdomain(name):
         raise SpecError(path / "name", f"{name!r} is not a Secret name (a DNS subdomain)")
-    if len(key) > _MAX_NAME or not _SECRET_KEY.fullmatch(key):
+    if not is_data_key(key):
         raise SpecError(path / "key", f"{key!r} is not a Secret key (letters, digits, -, _, .)")
     return SecretKeyRef(name, key)

@@ -54,3 +54,33 @@ def assert_refused(spec: Any, path: str, fragment: str) -> SpecError:
     assert str(refused.value).startswith(f"{path}: ")
     assert fragment in refused.value.problem
     return refused.value
+
+
+# Paths of the workspaceTemplate, its spec, its pod spec and its (pulumi) container.
+T = "spec.workspaceTemplate"
+S = f"{T}.spec"
+P = f"{S}.podTemplate.spec"
+C = f"{P}.containers[0]"
+
+
+def ws(**spec: Any) -> dict[str, Any]:
+    """A valid Stack spec whose ``workspaceTemplate.spec`` is ``spec``."""
+    return base(workspaceTemplate={"spec": spec})
+
+
+def pod(**pod_spec: Any) -> dict[str, Any]:
+    """A valid Stack spec whose ``workspaceTemplate.spec.podTemplate.spec`` is ``pod_spec``."""
+    return ws(podTemplate={"spec": pod_spec})
+
+
+def container(volumes: list[Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """A valid Stack spec whose pulumi container has ``fields``, beside ``volumes``."""
+    return pod(volumes=volumes or [], containers=[{"name": "pulumi", **fields}])
+
+
+def overrides(spec: dict[str, Any]) -> dict[str, Any]:
+    """The pod overrides ``spec`` parses into."""
+    return parse_spec(spec, NS).workspace.overrides()
+
+
+CACHE = {"name": "cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}}

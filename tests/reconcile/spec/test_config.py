@@ -1,4 +1,8 @@
-"""``reconcile.spec.config``: keys Pulumi accepts, values as strings, sizes within budget."""
+"""``reconcile.spec.config``: keys Pulumi accepts, values as strings, sizes within budget.
+
+The cases shared with the CRD tests are in ``cases`` (``CONFIG_AND_REFS``), judged by
+``test_parse``.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,6 @@ from tests.reconcile.spec.helpers import NS, assert_refused, base, freeze, secre
 
 # Config that would only fail at run time (in the Pulumi CLI) is refused at once.
 DOOMED = [
-    pytest.param(
-        base(config={"a:b:c": "v"}),
-        "spec.config[a:b:c]",
-        "not a Pulumi config key (at most one ':'): use namespace:name",
-        id="config-key-two-colons",
-    ),
     pytest.param(
         base(config={"aws:config:region": "v"}),
         "spec.config[aws:config:region]",

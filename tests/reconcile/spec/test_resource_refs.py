@@ -1,4 +1,8 @@
-"""``reconcile.spec.resource_refs``: envRefs, secretsRef and gitAuth refs, PKO's precedence."""
+"""``reconcile.spec.resource_refs``: envRefs, secretsRef and gitAuth refs, PKO's precedence.
+
+The cases shared with the CRD tests are in ``cases`` (``CONFIG_AND_REFS``), judged by
+``test_parse``.
+"""
 
 from __future__ import annotations
 
@@ -44,12 +48,6 @@ INVALID = [
         id="losing-method-still-validated",
     ),
     pytest.param(
-        base(envRefs={"HOME_DIR": {"type": "Env", "env": {"name": "HOME"}}}),
-        "spec.envRefs[HOME_DIR].type",
-        "operator's own process and is refused: put the value in a Secret",
-        id="env-ref-env",
-    ),
-    pytest.param(
         base(secretsRef={"k": {"type": "FS", "filesystem": {"path": "/var/run/token"}}}),
         "spec.secretsRef[k].type",
         "operator's own filesystem and is refused",
@@ -66,12 +64,6 @@ INVALID = [
         "spec.envRefs[A].type",
         "is required",
         id="ref-without-type",
-    ),
-    pytest.param(
-        base(envRefs={"A": {"type": "ConfigMap"}}),
-        "spec.envRefs[A].type",
-        "use Secret or Literal",
-        id="ref-unknown-type",
     ),
     pytest.param(
         base(envRefs={"A": {"type": "Secret"}}),

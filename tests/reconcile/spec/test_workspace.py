@@ -2,6 +2,8 @@
 
 PKO v2 manifests parse into the exact pod overrides; every key outside the supported subset,
 and everything that would weaken the run pod or fight the runner, is refused on its path.
+Volumes and mounts are ``test_volumes``'; the serviceAccountName cases, shared with the CRD
+tests, are in ``cases`` (``RUN_POD``), judged by ``test_parse``.
 """
 
 from __future__ import annotations
@@ -15,36 +17,22 @@ import pytest
 import yaml
 
 from reconcile.spec import DEFAULT_SERVICE_ACCOUNT, StackSpec, Workspace, parse_spec
-from tests.reconcile.spec.helpers import NS, REPO, assert_refused, base, freeze, literal
-
-TMP = "/tmp"  # noqa: S108 - the runner's mount path, never opened here
-T = "spec.workspaceTemplate"
-S = f"{T}.spec"
-P = f"{S}.podTemplate.spec"
-C = f"{P}.containers[0]"
-
-
-def ws(**spec: Any) -> dict[str, Any]:
-    """A valid Stack spec whose ``workspaceTemplate.spec`` is ``spec``."""
-    return base(workspaceTemplate={"spec": spec})
-
-
-def pod(**pod_spec: Any) -> dict[str, Any]:
-    """A valid Stack spec whose ``workspaceTemplate.spec.podTemplate.spec`` is ``pod_spec``."""
-    return ws(podTemplate={"spec": pod_spec})
-
-
-def container(volumes: list[Any] | None = None, **fields: Any) -> dict[str, Any]:
-    """A valid Stack spec whose pulumi container has ``fields``, beside ``volumes``."""
-    return pod(volumes=volumes or [], containers=[{"name": "pulumi", **fields}])
-
-
-def overrides(spec: dict[str, Any]) -> dict[str, Any]:
-    """The pod overrides ``spec`` parses into."""
-    return parse_spec(spec, NS).workspace.overrides()
-
-
-CACHE = {"name": "cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}}
+from tests.reconcile.spec.helpers import (
+    NS,
+    REPO,
+    C,
+    P,
+    S,
+    T,
+    assert_refused,
+    base,
+    container,
+    freeze,
+    literal,
+    overrides,
+    pod,
+    ws,
+)
 
 # -- a PKO v2 manifest parses into the exact overrides ------------------------------------
 
@@ -278,24 +266,9 @@ def test_defaults(fields: dict[str, Any]) -> None:
             id="env-then-container-env",
         ),
         pytest.param(
-            container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "//data/./x/"}]),
-            {"volumes": [CACHE], "volumeMounts": [{"name": "cache", "mountPath": "/data/x"}]},
-            id="mount-path-normalised",
-        ),
-        pytest.param(
-            container([CACHE], volumeMounts=[{"name": "cache", "mountPath": f"{TMP}data"}]),
-            {"volumes": [CACHE], "volumeMounts": [{"name": "cache", "mountPath": f"{TMP}data"}]},
-            id="mount-beside-tmp",
-        ),
-        pytest.param(
             pod(tolerations=[{"key": "k", "operator": "Exists", "value": None}]),
             {"tolerations": [{"key": "k", "operator": "Exists"}]},
             id="toleration-nulls-dropped",
-        ),
-        pytest.param(
-            pod(volumes=[{"name": "cfg", "configMap": {"name": "app", "items": [{"key": "k"}]}}]),
-            {"volumes": [{"name": "cfg", "configMap": {"name": "app", "items": [{"key": "k"}]}}]},
-            id="volume-contents-passed-through",
         ),
         pytest.param(pod(containers=[]), {}, id="no-container"),
         pytest.param(
@@ -307,14 +280,6 @@ def test_accepted(spec: dict[str, Any], expected: dict[str, Any]) -> None:
     """Accepted forms parse into the overrides the runner applies, normalised."""
     assert overrides(spec) == expected
     assert overrides(freeze(spec)) == expected
-
-
-@pytest.mark.parametrize(
-    "name", ["default", "pulumi", "ci.runner-1", "a" * 253], ids=["default", "word", "dots", "253"]
-)
-def test_service_account_names(name: str) -> None:
-    """A ServiceAccount name is a DNS subdomain of at most 253 characters."""
-    assert parse_spec(base(serviceAccountName=name), NS).service_account_name == name
 
 
 @pytest.mark.parametrize(
@@ -393,16 +358,6 @@ def test_spec_with_workspace_is_frozen_and_hashable() -> None:
 SECRET_ENV = {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
 
 INVALID = [
-    # serviceAccountName
-    pytest.param(
-        base(serviceAccountName="Runner"), "spec.serviceAccountName", "DNS subdomain", id="sa-upper"
-    ),
-    pytest.param(
-        base(serviceAccountName="a" * 254), "spec.serviceAccountName", "DNS subdomain", id="sa-254"
-    ),
-    pytest.param(
-        base(serviceAccountName=["a"]), "spec.serviceAccountName", "must be a string", id="sa-list"
-    ),
     # the template's shape
     pytest.param(base(workspaceTemplate="pod"), T, "must be an object", id="template-string"),
     pytest.param(
@@ -804,79 +759,6 @@ INVALID = [
         "not a PriorityClass name",
         id="priority-class",
     ),
-    # volumes
-    pytest.param(pod(volumes={"a": {}}), f"{P}.volumes", "must be a list", id="volumes-object"),
-    pytest.param(
-        pod(volumes=[{"name": "h", "hostPath": {"path": "/"}}]),
-        f"{P}.volumes[0].hostPath",
-        "the run pod must satisfy the restricted/baseline Pod Security Standard;"
-        " use a persistentVolumeClaim",
-        id="host-path",
-    ),
-    pytest.param(
-        pod(volumes=[CACHE, {"name": "n", "nfs": {"server": "s", "path": "/"}}]),
-        f"{P}.volumes[1].nfs",
-        "Pod Security Standard",
-        id="nfs",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "v"}]),
-        f"{P}.volumes[0]",
-        "set exactly one volume type: configMap, csi, downwardAPI, emptyDir, ephemeral,"
-        " persistentVolumeClaim, projected, secret",
-        id="volume-without-type",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "v", "emptyDir": {}, "secret": {"secretName": "s"}}]),
-        f"{P}.volumes[0].secret",
-        "set exactly one volume type",
-        id="volume-two-types",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "v", "emptyDir": "yes"}]),
-        f"{P}.volumes[0].emptyDir",
-        "must be an object",
-        id="volume-type-string",
-    ),
-    pytest.param(
-        pod(volumes=[{"emptyDir": {}}]), f"{P}.volumes[0].name", "is required", id="volume-unnamed"
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "Cache", "emptyDir": {}}]),
-        f"{P}.volumes[0].name",
-        "not a volume name",
-        id="volume-name",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "workspace", "emptyDir": {}}]),
-        f"{P}.volumes[0].name",
-        "reserved by the runner",
-        id="volume-workspace",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "tmp", "emptyDir": {}}]),
-        f"{P}.volumes[0].name",
-        "reserved by the runner",
-        id="volume-tmp",
-    ),
-    pytest.param(
-        pod(volumes=[CACHE, {"name": "cache", "emptyDir": {}}]),
-        f"{P}.volumes[1].name",
-        "listed twice",
-        id="volume-duplicate",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "s", "secret": {"secretName": "Bad_Name"}}]),
-        f"{P}.volumes[0].secret.secretName",
-        "not a Secret name",
-        id="volume-secret-name",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "c", "configMap": {"name": "-c"}}]),
-        f"{P}.volumes[0].configMap.name",
-        "not a ConfigMap name",
-        id="volume-config-map-name",
-    ),
     # containers
     pytest.param(
         pod(containers=[{"name": "sidecar"}]),
@@ -941,124 +823,12 @@ INVALID = [
     pytest.param(
         container(envFrom=[{}]), f"{C}.envFrom[0]", "set exactly one of", id="container-env-from"
     ),
-    # volumeMounts
-    pytest.param(
-        container(volumeMounts=[{"name": "cache", "mountPath": "/c"}]),
-        f"{C}.volumeMounts[0].name",
-        "no volume 'cache' in podTemplate.spec.volumes: declare it there",
-        id="mount-undeclared",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "workspace", "mountPath": "/c"}]),
-        f"{C}.volumeMounts[0].name",
-        "no volume 'workspace'",
-        id="mount-runner-volume",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "is required",
-        id="mount-no-path",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "cache"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "absolute path",
-        id="mount-relative",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/workspace"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "/workspace, /tmp and /pulumi-cache",
-        id="mount-workspace",
-    ),
-    pytest.param(
-        container(
-            [CACHE], volumeMounts=[{"name": "cache", "mountPath": "/workspace/home/.pulumi"}]
-        ),
-        f"{C}.volumeMounts[0].mountPath",
-        "/workspace, /tmp and /pulumi-cache",
-        id="mount-under-workspace",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": f"{TMP}/"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "/workspace, /tmp and /pulumi-cache",
-        id="mount-tmp",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "//tmp/x"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "/workspace, /tmp and /pulumi-cache",
-        id="mount-under-tmp-double-slash",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "/ above them",
-        id="mount-root",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/data/../tmp"}]),
-        f"{C}.volumeMounts[0].mountPath",
-        "without .. components",
-        id="mount-dot-dot",
-    ),
-    pytest.param(
-        container(
-            [CACHE],
-            volumeMounts=[
-                {"name": "cache", "mountPath": "/data"},
-                {"name": "cache", "mountPath": "/data/"},
-            ],
-        ),
-        f"{C}.volumeMounts[1].mountPath",
-        "mounted twice",
-        id="mount-duplicate-path",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/c", "subPath": "/etc"}]),
-        f"{C}.volumeMounts[0].subPath",
-        "must be relative",
-        id="sub-path-absolute",
-    ),
-    pytest.param(
-        container(
-            [CACHE], volumeMounts=[{"name": "cache", "mountPath": "/c", "subPath": "a/../.."}]
-        ),
-        f"{C}.volumeMounts[0].subPath",
-        "without .. components",
-        id="sub-path-dot-dot",
-    ),
-    pytest.param(
-        container([CACHE], volumeMounts=[{"name": "cache", "mountPath": "/c", "readOnly": "yes"}]),
-        f"{C}.volumeMounts[0].readOnly",
-        "true or false",
-        id="mount-read-only-string",
-    ),
-    pytest.param(
-        container(
-            [CACHE],
-            volumeMounts=[
-                {"name": "cache", "mountPath": "/c", "mountPropagation": "Bidirectional"}
-            ],
-        ),
-        f"{C}.volumeMounts[0].mountPropagation",
-        "supported: mountPath, name, readOnly, subPath",
-        id="mount-propagation",
-    ),
     # non-JSON values passed through
     pytest.param(
         pod(affinity={"nodeAffinity": {"weight": float("nan")}}),
         f"{P}.affinity.nodeAffinity.weight",
         "finite number",
         id="pass-through-nan",
-    ),
-    pytest.param(
-        pod(volumes=[{"name": "v", "emptyDir": {"sizeLimit": {1, 2}}}]),
-        f"{P}.volumes[0].emptyDir.sizeLimit",
-        "must be JSON",
-        id="pass-through-set",
     ),
 ]
 
