@@ -26,34 +26,39 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import structlog
-
+from controller.clock import RealClock
 from pulumi_stack_operator.pulumi_cli import pulumi_command
-from workspace.runner import ErrorKind, LocalRunner, Outcome, Progress, UpdateRequest
-from workspace.runner import locks as backend_locks
-from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
-from workspace.runner.failures import StepFailedError
-from workspace.runner.job import GIT_ENV_PREFIX, SECRET_ENV_PREFIX
-from workspace.runner.local import DEFAULT_CACHE_LIMIT
-from workspace.runner.project import load_project
-from workspace.runner.types import failed_outcome
+from workspace.runner import (
+    DEFAULT_CACHE_LIMIT,
+    GIT_ENV_PREFIX,
+    SECRET_ENV_PREFIX,
+    ErrorKind,
+    LocalRunner,
+    Outcome,
+    Progress,
+    UpdateRequest,
+    failed_outcome,
+    fitted,
+    outcome_line,
+    parse_line,
+    progress_line,
+    release_own_locks,
+)
 from workspace.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
-
-log = structlog.get_logger(__name__)
 
 WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", "/workspace"))
 SOURCE = WORKSPACE / "source"
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
+CLOCK = RealClock()  # the run pod's one clock
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,7 @@ def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Out
     runner = local_runner(environ)
     operate = runner.destroy if job.operation == "destroy" else runner.run
     outcome = operate(request, on_progress=_print_progress, stop=stop)
-    if outcome.error is ErrorKind.CONFLICT and _release_own_locks(runner, request):
+    if outcome.error is ErrorKind.CONFLICT and release_own_locks(request, runner.pulumi_home):
         outcome = operate(request, on_progress=_print_progress, stop=stop)
     return outcome
 
@@ -210,34 +215,13 @@ def _forget_environment() -> None:
             del os.environ[name]
 
 
-def _release_own_locks(runner: LocalRunner, request: UpdateRequest) -> bool:
-    """Delete the stack's locks if every one was taken by a pod of this pod's name."""
-    try:
-        project = load_project(request.work_dir)
-    except StepFailedError:
-        return False
-    home = request.pulumi_home or runner.pulumi_home
-    backend = backend_locks.backend_dir(request, project, home)
-    if backend is None:
-        return False
-    found = backend_locks.lock_files(backend, project, request.stack)
-    host = socket.gethostname()
-    if not found or any(lock.info.hostname != host for lock in found):
-        return False
-    for lock in found:
-        lock.path.unlink(missing_ok=True)
-        Path(f"{lock.path}.attrs").unlink(missing_ok=True)  # gocloud fileblob's metadata
-    log.warning("Released the lock an earlier run pod of this Stack left", locks=len(found))
-    return True
-
-
 def _print_progress(progress: Progress) -> None:
     print(progress_line(progress), flush=True)  # noqa: T201 - the report channel is stdout
 
 
 def _failed(job: AgentJob, started: datetime, error: ErrorKind, message: str) -> Outcome:
-    return failed_outcome(job.operation, error, message, started)
+    return failed_outcome(job.operation, error, message, started, _now())
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return CLOCK.wall()

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from kubernetes import client
 
-from controller.clock import RealClock
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
 from pulumi_stack_operator.pulumi_cli import pulumi_command
@@ -41,13 +40,13 @@ def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Pat
     Programs' dependencies are cached in the work root's ``.cache`` (no namespace can have
     that name: namespaces are DNS labels).
     """
-    del context
     return LocalRunner(
         pulumi_command(),
         plugin_store,
         cache=plugin_store.parent / ".cache",
         cache_limit=cfg.dependency_cache_size,
         plugin_mirror=cfg.plugin_mirror,
+        clock=context.clock,
     )
 
 
@@ -57,7 +56,9 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     image = cfg.run_image or own_image(context.api_client, os.environ)
     metrics = RunPodMetrics(context.registry)
     caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
-    return PodRunner(context.api_client, image, metrics=metrics, caching=caching)
+    return PodRunner(
+        context.api_client, image, metrics=metrics, caching=caching, clock=context.clock
+    )
 
 
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:
@@ -145,8 +146,11 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         PLURAL,
         context.registry,
         on_written=metrics.record_transitions,
+        clock=context.clock,
     )
-    recorder = EventRecorder(context.api_client, cfg.manager.identity, registry=context.registry)
+    recorder = EventRecorder(
+        context.api_client, cfg.manager.identity, registry=context.registry, clock=context.clock
+    )
 
     # A new generation is acknowledged at once, even while every worker is in a long run;
     # only by the replica that runs the workers (with leader election: the leader).
@@ -167,7 +171,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         secrets=functools.partial(SecretReader, context.api_client),
         patcher=StackPatcher(context.api_client),
         source=GitSource(),
-        clock=RealClock(),
+        clock=context.clock,
         interrupts=interrupts,
         accounts=ServiceAccountReader(context.api_client) if cfg.runner == "pod" else None,
     )

@@ -27,7 +27,7 @@ from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
 from reconcile.run import observe_update
 from reconcile.spec import SpecError, StackSpec, parse_spec
-from workspace.runner import ErrorKind
+from workspace.runner import Detached
 from workspace.source import ProgramDirError, SourceError
 
 
@@ -81,7 +81,7 @@ class Finalizer:
             return
         attempt = Attempt(request, self._settings.timeout(spec))
         operated = self._operator.destroy(attempt, stop)
-        if operated.outcome.error is ErrorKind.DETACHED:  # its pod goes on; so does deletion
+        if isinstance(operated, Detached):  # its pod goes on; so does deletion
             msg = "the operator is stopping; the destroy goes on in its run pod"
             raise TransientError(msg)
         verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER)

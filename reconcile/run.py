@@ -30,12 +30,11 @@ from reconcile import report
 from reconcile import verdict as verdicts
 from reconcile.collaborators import Collaborators, StatusSink
 from reconcile.context import Pass, Plan, Settings
-from reconcile.deadline import RunStop
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operated, Operator
 from reconcile.prepare import Preparer, RemoteSpecError
 from status.conditions import Reason
-from workspace.runner import ErrorKind, Progress
+from workspace.runner import Detached, Progress
 from workspace.source import ProgramDirError, SourceError
 
 log = structlog.get_logger(__name__)
@@ -79,7 +78,7 @@ class Runs:
                 operated = self._operator.run(attempt, progress, stop, deleting)
         finally:
             progress.close()
-        if operated.outcome.error is ErrorKind.DETACHED:  # the next instance attaches
+        if isinstance(operated, Detached):  # the next instance attaches
             return Result()
         return self._conclude(at, plan, operated)
 
@@ -104,25 +103,21 @@ class Runs:
             request = self._preparer.request(at, plan)
         except (SourceError, ProgramDirError, RemoteSpecError):
             return None
+        attempt = Attempt(request, self._settings.timeout(plan.spec))
         progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
-        timeout = self._settings.timeout(plan.spec)
         try:
-            with (
-                self._running(at) as deleting,
-                RunStop(stop, timeout, clock=self._parts.clock, interrupt=deleting) as run_stop,
-            ):
-                outcome = self._parts.runner.attach(
-                    request, on_progress=progress, stop=run_stop.event
-                )
+            with self._running(at) as deleting:
+                operated = self._operator.attach(attempt, progress, stop, deleting)
         finally:
             progress.close()
-        if outcome is None:
+        if operated is None:
             return None
-        log.info("Attached to the run a gone operator instance left", error=str(outcome.error))
-        if outcome.error is ErrorKind.DETACHED:
+        if isinstance(operated, Detached):
             return Result()
-        deadline = timeout if run_stop.timed_out else None
-        return self._conclude(at, plan, Operated(outcome, deadline, run_stop.interrupted))
+        log.info(
+            "Attached to the run a gone operator instance left", error=str(operated.outcome.error)
+        )
+        return self._conclude(at, plan, operated)
 
     @contextlib.contextmanager
     def _running(self, at: Pass) -> Iterator[threading.Event]:

@@ -242,11 +242,9 @@ def failure_reason(outcome: Outcome, *, timed_out: bool) -> Reason:
 def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
     """The verdict on a finished run (see the module docstring).
 
-    Raises ``ValueError`` for a ``DETACHED`` outcome: that run goes on, nothing concludes.
+    Every ``ErrorKind`` is judged; a run left going (``Detached``) is not an outcome and
+    never reaches a verdict.
     """
-    if facts.outcome.error is ErrorKind.DETACHED:
-        msg = "a detached run is not finished: there is no verdict on it"
-        raise ValueError(msg)
     outcome = concluded(facts.outcome, facts.deadline)
     failures = failures_after(outcome, facts.previous_failures, fresh=facts.fresh)
     conclusion = Verdict(

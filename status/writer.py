@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
@@ -51,6 +50,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
 
 from controller.cache import Object, ObjectKey, resource_version, thaw
+from controller.clock import Clock, RealClock
 from controller.retry import MAX_DELAY, is_transient, request_too_large, retrying
 from controller.view import ReadYourWritesView
 
@@ -99,13 +99,13 @@ class _Backoff:
 class _Throttle:
     """Says yes at most once per ``RETRY_LOG_INTERVAL`` seconds (the first time at once)."""
 
-    def __init__(self, monotonic: Callable[[], float]) -> None:
-        self._monotonic = monotonic
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._next: float | None = None
 
     def due(self) -> bool:
         """True if the last yes was long enough ago."""
-        now = self._monotonic()
+        now = self._clock.now()
         if self._next is not None and now < self._next:
             return False
         self._next = now + RETRY_LOG_INTERVAL
@@ -163,7 +163,7 @@ class StatusWriter:
         *,
         on_written: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
         min_interval: float = MIN_PUBLISH_INTERVAL,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         retry_budget: float = MAX_DELAY,
     ) -> None:
         """Write through ``api_client``; read objects through ``view``, record writes in it.
@@ -171,10 +171,11 @@ class StatusWriter:
         ``on_written(old_status, new_status)`` runs after each successful write (metrics).
         ``min_interval`` spaces the progress writes of one Stack (``publish``).
         ``retry_budget`` bounds the in-call retries of one API call, in seconds.
+        Intervals and backoff are measured on ``clock``.
         """
         self._on_written = on_written
         self._min_interval = min_interval
-        self._monotonic = monotonic
+        self._clock: Clock = clock or RealClock()
         self._retry_budget = retry_budget
         self._closing = threading.Event()
         self._resume_at = float("-inf")  # the progress thread backs off until then
@@ -290,7 +291,7 @@ class StatusWriter:
             return self._key_locks.setdefault(key, threading.Lock())
 
     def _update_until_landed(self, key: ObjectKey, write: _Write) -> bool:
-        backoff, throttle = _Backoff(), _Throttle(self._monotonic)
+        backoff, throttle = _Backoff(), _Throttle(self._clock)
         while True:
             try:
                 return self._update(key, write)
@@ -310,7 +311,7 @@ class StatusWriter:
                     raise
 
     def _publish_loop(self) -> None:
-        backoff, throttle = _Backoff(), _Throttle(self._monotonic)
+        backoff, throttle = _Backoff(), _Throttle(self._clock)
         while (work := self._next_due()) is not None:
             key, mutate = work
             try:
@@ -325,7 +326,7 @@ class StatusWriter:
             with self._wake:  # an update may have superseded it while we waited
                 if self._pending.get(key) is not mutate:
                     return
-                self._last_published[key] = self._monotonic()
+                self._last_published[key] = self._clock.now()
             self._update(key, _Write(mutate))
             self._settle(key, mutate)
 
@@ -343,7 +344,7 @@ class StatusWriter:
         if not transient:
             self._settle(key, mutate)
         with self._wake:
-            self._resume_at = self._monotonic() + wait
+            self._resume_at = self._clock.now() + wait
         if throttle.due():
             log.warning(
                 "Writing progress failed",
@@ -359,14 +360,14 @@ class StatusWriter:
         """Block until some Stack's progress is due; None once closed."""
         with self._wake:
             while not self._closed:
-                now = self._monotonic()
+                now = self._clock.now()
                 if now < self._resume_at:  # backing off after a failure
-                    self._wake.wait(self._resume_at - now)
+                    self._clock.wait_until(self._wake, self._resume_at)
                     continue
                 key, wait = self._first_due(now)
                 if key is not None:
                     return key, self._pending[key]
-                self._wake.wait(wait)
+                self._clock.wait_until(self._wake, None if wait is None else now + wait)
             return None
 
     def _first_due(self, now: float) -> tuple[ObjectKey | None, float | None]:

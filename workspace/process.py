@@ -14,7 +14,7 @@ descendant found in ``/proc`` (Linux), so helpers that left the group (Pulumi st
 plugin in a group of its own) die too.
 
 stdout and stderr are read on threads, line by line, and handed to the callbacks (without
-the line end) as they come, and collected: the ``Result`` holds the complete texts (decoded
+the line end) as they come, and collected: the ``Completed`` holds the complete texts (decoded
 as UTF-8, invalid bytes replaced). A failing callback is logged and never stops the
 reading. ``Command.stdin`` is written on a thread too, so a child that does not read it
 cannot block the caller's stop or timeout.
@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,11 @@ from typing import IO
 
 import structlog
 
+from controller.clock import Clock, RealClock
+
 log = structlog.get_logger(__name__)
+
+REAL_CLOCK = RealClock()
 
 DEFAULT_GRACE = 10.0  # seconds between SIGINT (on stop) and SIGKILL
 _POLL_SECONDS = 0.1  # how often a running child's stop event and deadline are checked
@@ -72,7 +75,7 @@ class Command:
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
+class Completed:
     """How a command ended; ``repr`` leaves out the output texts.
 
     ``code`` is the exit status (negative: killed by that signal). ``interrupted``: ``stop``
@@ -106,16 +109,20 @@ class _Ending:
 
 
 def run(
-    command: Command, *, stop: threading.Event | None = None, output: Output | None = None
-) -> Result:
+    command: Command,
+    *,
+    stop: threading.Event | None = None,
+    output: Output | None = None,
+    clock: Clock = REAL_CLOCK,
+) -> Completed:
     """Run ``command`` to its end (see the module docstring); never raises for an exit code.
 
-    Raises ``StoppedError`` when ``stop`` is already set, and ``OSError`` when the program
-    cannot be started.
+    Its timeout and grace are measured on ``clock``. Raises ``StoppedError`` when ``stop``
+    is already set, and ``OSError`` when the program cannot be started.
     """
     if stop is not None and stop.is_set():
         raise StoppedError(command.argv)
-    started = time.monotonic()
+    started = clock.now()
     callbacks = output or Output()
     # Looked up at call time, so tests can spy on every start.
     proc = subprocess.Popen(
@@ -138,15 +145,15 @@ def run(
     if command.stdin is not None:
         threads.append(_start_feeder(proc.stdin, command.stdin))
     try:
-        ending = _wait(proc, command, started, stop)
+        ending = _wait(proc, command, started, stop, clock)
     finally:
         if proc.poll() is None:  # unwinding: leave nothing behind
             kill_tree(proc.pid)
             proc.wait()
-        deadline = time.monotonic() + _READER_JOIN_SECONDS
+        deadline = clock.now() + _READER_JOIN_SECONDS
         for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return Result(
+            thread.join(max(0.0, deadline - clock.now()))
+    return Completed(
         code=proc.returncode,
         stdout="".join(out),
         stderr="".join(err),
@@ -157,13 +164,20 @@ def run(
 
 
 def _wait(
-    proc: subprocess.Popen[str], command: Command, started: float, stop: threading.Event | None
+    proc: subprocess.Popen[str],
+    command: Command,
+    started: float,
+    stop: threading.Event | None,
+    clock: Clock,
 ) -> _Ending:
-    """Wait for the child; interrupt it on ``stop``, kill it after the grace or timeout."""
+    """Wait for the child; interrupt it on ``stop``, kill it after the grace or timeout.
+
+    ``started`` was read on ``clock``.
+    """
     ending = _Ending()
     interrupted_at: float | None = None
     while not _exited(proc):
-        now = time.monotonic()
+        now = clock.now()
         if interrupted_at is None and stop is not None and stop.is_set():
             log.info("Interrupting a child process", pid=proc.pid, grace_seconds=command.grace)
             ending.interrupted, interrupted_at = True, now

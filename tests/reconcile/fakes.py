@@ -28,11 +28,19 @@ from reconcile.refs import MissingSecretError
 from reconcile.spec import ResourceRef
 from reconcile.tenancy import RUNNER_LABEL
 from status.writer import StatusTooLargeError
-from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress, UpdateRequest
+from workspace.runner import (
+    Detached,
+    ErrorKind,
+    InstallRecord,
+    Outcome,
+    Progress,
+    RunResult,
+    UpdateRequest,
+)
 from workspace.source import GitCredentials, ProgramDirError, SourceError
 
 ProgressCallback = Callable[[Progress], None]
-Script = Callable[[UpdateRequest, ProgressCallback, threading.Event], Outcome]
+Script = Callable[[UpdateRequest, ProgressCallback, threading.Event], RunResult]
 
 
 class Cluster:
@@ -315,33 +323,33 @@ class FakePatcher:
 class FakeRunner:
     """``Runner`` playing scripted outcomes, one per ``run``/``destroy`` call, in order.
 
-    A script item is an ``Outcome`` or a function ``(request, on_progress, stop) ->
-    Outcome``. ``calls`` records ``(operation, request)``; ``stale_lock`` and
+    A script item is an ``Outcome``, a ``Detached`` or a function ``(request, on_progress,
+    stop) -> Outcome | Detached``. ``calls`` records ``(operation, request)``; ``stale_lock`` and
     ``cancellable`` answer ``clear_stale_lock`` and ``cancel``, ``attached`` ``attach``;
     ``prepare`` has nothing to do.
     """
 
     def __init__(self) -> None:
         """Nothing scripted."""
-        self.script: collections.deque[Outcome | Script] = collections.deque()
+        self.script: collections.deque[RunResult | Script] = collections.deque()
         self.calls: list[tuple[str, UpdateRequest]] = []
         self.stale_lock = False
         self.cancellable = False
-        self.attached: Outcome | None = None
+        self.attached: RunResult | None = None
 
-    def then(self, *items: Outcome | Script) -> None:
+    def then(self, *items: RunResult | Script) -> None:
         """Play ``items`` on the next calls."""
         self.script.extend(items)
 
     def run(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> Outcome:
+    ) -> RunResult:
         """The next scripted outcome."""
         return self._play("run", request, on_progress, stop)
 
     def destroy(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> Outcome:
+    ) -> RunResult:
         """The next scripted outcome."""
         return self._play("destroy", request, on_progress, stop)
 
@@ -368,7 +376,7 @@ class FakeRunner:
         *,
         on_progress: ProgressCallback | None = None,
         stop: threading.Event | None = None,
-    ) -> Outcome | None:
+    ) -> RunResult | None:
         """``attached`` (None: no operation outlived the operator), once (recorded)."""
         del on_progress, stop
         self.calls.append(("attach", request))
@@ -391,11 +399,13 @@ class FakeRunner:
         request: UpdateRequest,
         on_progress: ProgressCallback,
         stop: threading.Event,
-    ) -> Outcome:
+    ) -> RunResult:
         self.calls.append((name, request))
         assert self.script, f"unexpected {name}: nothing scripted"
         item = self.script.popleft()
-        return item if isinstance(item, Outcome) else item(request, on_progress, stop)
+        if isinstance(item, (Outcome, Detached)):
+            return item
+        return item(request, on_progress, stop)
 
 
 def outcome(

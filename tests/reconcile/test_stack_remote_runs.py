@@ -21,7 +21,7 @@ from reconcile.stack import FINALIZER
 from reconcile.tenancy import RUNNER_LABEL, Tenancy
 from status.conditions import Reason
 from tests.reconcile.stack_harness import KEY, Harness, reaches
-from workspace.runner import ErrorKind
+from workspace.runner import Detached, ErrorKind
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
 LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
@@ -85,7 +85,7 @@ def test_a_detached_run_concludes_nothing(tmp_path: Path) -> None:
     """A shutdown that leaves the run pod going writes no conclusion: currentUpdate stays."""
     h = remote(tmp_path)
     h.create()
-    h.runner.then(h.fail(ErrorKind.DETACHED, message="left running"))
+    h.runner.then(Detached("up", h.clock.wall(), "left running"))
     assert h.reconcile() == Result()
     assert "currentUpdate" in h.status
     assert h.kstatus()["Reconciling"] == ("True", "Progressing")

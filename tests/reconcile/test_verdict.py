@@ -105,8 +105,8 @@ ROWS: dict[ErrorKind, tuple[Any, ...]] = {
         "poll", "failed", True, False,
     ),
 }  # fmt: skip
-JUDGED = [kind for kind in ErrorKind if kind is not ErrorKind.DETACHED]
-"""``DETACHED`` is never judged: the run goes on, nothing is concluded (see below)."""
+JUDGED = list(ErrorKind)
+"""Every kind is judged (a run left going is ``Detached``, not an outcome)."""
 KINDS = {kind: Kind(*row) for kind, row in ROWS.items()}
 
 
@@ -476,7 +476,6 @@ def test_the_reasons_that_need_a_change() -> None:
     assert {Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC} == NEEDS_A_CHANGE
 
 
-def test_a_detached_run_is_never_judged() -> None:
-    """The runner left the run going (a pod at shutdown): there is nothing to conclude."""
-    with pytest.raises(ValueError, match="detached"):
-        judge(ErrorKind.DETACHED, 0, fresh=True, operation="up")
+def test_every_error_kind_has_a_row_of_the_verdict_table() -> None:
+    """No outcome escapes the table: each ``ErrorKind`` a runner may report is judged."""
+    assert set(ROWS) == set(ErrorKind)

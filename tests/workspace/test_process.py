@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from workspace.process import Command, Output, Result, StoppedError, descendants, run
+from testbed.waits import wait_for
+from workspace.process import Command, Completed, Output, StoppedError, descendants, run
 
 PYTHON = sys.executable
 # Waits for the file named by argv[1], printing "ready" first; exits 0 when it exists.
@@ -109,7 +110,7 @@ def test_exit_code_and_both_streams_are_returned() -> None:
 
     result = run(python(script), output=Output(on_stderr=errors))
 
-    assert result == Result(code=3, stdout="out\n", stderr="err 1\nerr 2\n")
+    assert result == Completed(code=3, stdout="out\n", stderr="err 1\nerr 2\n")
     assert errors.lines == ["err 1", "err 2"]
 
 
@@ -169,9 +170,13 @@ def test_grandchildren_die_with_the_child_even_outside_its_group() -> None:
     assert result.killed
     kids = [int(pid) for pid in lines.lines[0].split()]
     assert len(kids) == 2
-    deadline = time.monotonic() + 10  # SIGKILL is asynchronous; it lands within milliseconds
-    while any(alive(kid) for kid in kids) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # SIGKILL is asynchronous; it lands within milliseconds.
+    wait_for(
+        lambda: not any(alive(kid) for kid in kids),
+        "the grandchildren to die",
+        timeout=10,
+        interval=0.01,
+    )
     assert [kid for kid in kids if alive(kid)] == []
 
 

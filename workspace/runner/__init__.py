@@ -1,4 +1,4 @@
-"""Running Pulumi operations for the reconciler: the ``Runner`` seam and its implementations.
+"""Running Pulumi operations: the ``Runner`` seam and its implementations.
 
 The reconciler sees only what this package exports: the request and outcome types and the
 ``Runner`` interface. Which runner it gets is the composition root's choice.
@@ -9,7 +9,8 @@ phases and outcome), ``cli`` (``pulumi`` command lines and their environment), `
 (the event log and what its events say), ``failures`` (``ErrorKind`` of a failure),
 ``scrub`` (secrets out of messages and outputs), ``project`` (Pulumi.yaml and the stack
 settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks);
-``pod`` (``PodRunner``: each operation in a pod), ``podspec`` (the run pod's manifest),
+``pod`` (``PodRunner``: which pod a run follows), ``podrun`` (following one run pod),
+``podapi`` (its API calls and watch), ``podstate`` (reading a pod), ``podspec`` (its manifest),
 ``job`` (what a run pod is given), ``channel`` (the reports a run pod prints);
 ``deps`` (the program's dependencies and plugins, installed and cached before a run).
 """
@@ -17,24 +18,39 @@ settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks)
 from __future__ import annotations
 
 from workspace.runner.base import Runner
-from workspace.runner.job import RunJob, SecretEnv, SecretEnvNames
-from workspace.runner.local import LocalRunner
+from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
+from workspace.runner.job import (
+    GIT_ENV_PREFIX,
+    SECRET_ENV_PREFIX,
+    RunJob,
+    SecretEnv,
+    SecretEnvNames,
+)
+from workspace.runner.local import DEFAULT_CACHE_LIMIT, LocalRunner
+from workspace.runner.locks import release_own as release_own_locks
 from workspace.runner.pod import PodRunner
 from workspace.runner.podspec import RunCaching
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
+    Detached,
     ErrorKind,
     InstallRecord,
     LockInfo,
     Outcome,
     Progress,
     ProgressCallback,
+    RunResult,
     StopSignal,
     UpdateRequest,
+    failed_outcome,
 )
 
 __all__ = [
+    "DEFAULT_CACHE_LIMIT",
     "DEFAULT_INTERRUPT_GRACE",
+    "GIT_ENV_PREFIX",
+    "SECRET_ENV_PREFIX",
+    "Detached",
     "ErrorKind",
     "InstallRecord",
     "LocalRunner",
@@ -45,9 +61,16 @@ __all__ = [
     "ProgressCallback",
     "RunCaching",
     "RunJob",
+    "RunResult",
     "Runner",
     "SecretEnv",
     "SecretEnvNames",
     "StopSignal",
     "UpdateRequest",
+    "failed_outcome",
+    "fitted",
+    "outcome_line",
+    "parse_line",
+    "progress_line",
+    "release_own_locks",
 ]

@@ -15,15 +15,15 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from controller.clock import Clock, RealClock
 from status.text import truncate
 from workspace import process
 from workspace.runner import project as projects
@@ -78,6 +78,7 @@ class RunnerSettings:
     ``interrupt_grace``: seconds between SIGINT and SIGKILL of an interrupted CLI.
     ``installer``: where programs' dependencies are installed and cached;
     ``plugin_mirror``: the URL every plugin is downloaded from (None: each plugin's own).
+    ``clock``: every time an operation reads (its start and end, step durations, progress).
     """
 
     binary: str
@@ -85,6 +86,7 @@ class RunnerSettings:
     interrupt_grace: float
     installer: Installer
     plugin_mirror: str | None = None
+    clock: Clock = field(default_factory=RealClock)
 
     @property
     def plugin_store(self) -> Path:
@@ -92,7 +94,7 @@ class RunnerSettings:
         return self.plugin_home.absolute() / PLUGINS_DIR
 
 
-class Attempt:
+class OperationRun:
     """The state one operation's phases share: CLI, scrubber, current observer, times."""
 
     def __init__(
@@ -107,7 +109,7 @@ class Attempt:
         self.settings = settings
         self.request = request
         self.operation = operation
-        self.started = _now()
+        self.started = settings.clock.wall()
         self.scrubber = Scrubber(request)
         # Absolute: the CLI runs in the work dir, and a relative PULUMI_HOME would move.
         self.home = (request.pulumi_home or settings.plugin_home).absolute()
@@ -128,7 +130,7 @@ class Attempt:
         self.installs: list[InstallRecord] = []
         self.cache_bytes: dict[str, int] = {}
         self.on_progress = on_progress
-        self.observer = StepObserver(None, self._report)
+        self.observer = StepObserver(None, self._report, clock=settings.clock)
         self.log = log.bind(pulumi_stack=request.stack, operation=operation)
         self._project: projects.Project | None = None
         self.assumed = False  # the stack was not selected: a marker says it exists
@@ -329,7 +331,7 @@ class Attempt:
             resource_changes=dict(self.observer.changes if changes is None else changes),
             permalink=_permalink(stdout),
             started=self.started,
-            ended=_now(),
+            ended=self.settings.clock.wall(),
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
         )
@@ -349,7 +351,7 @@ class Attempt:
             resource_changes=self.observer.changes,
             permalink=_permalink(last.stdout if last else ""),
             started=self.started,
-            ended=_now(),
+            ended=self.settings.clock.wall(),
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
         )
@@ -395,23 +397,24 @@ class Attempt:
             self.settings.installer.store.root / "plugin-checks", self.settings.plugin_store
         )
         key = prepared.plan.key if prepared.plan else project_key(project)
-        started = time.monotonic()
+        clock = self.settings.clock
+        started = clock.now()
         if checks.satisfied(key):
             self.installs.append(
-                InstallRecord("plugins", PLUGIN_TOOL, hit=True, seconds=time.monotonic() - started)
+                InstallRecord("plugins", PLUGIN_TOOL, hit=True, seconds=clock.now() - started)
             )
             return
         try:
-            with ticking(f"installing plugins ({PLUGIN_TOOL})", self._installing):
+            with ticking(f"installing plugins ({PLUGIN_TOOL})", self._installing, clock):
                 self.cli.run(["install", "--no-dependencies"])
         except CliError as err:
-            self._plugins_failed(err, time.monotonic() - started)
+            self._plugins_failed(err, clock.now() - started)
             return
         except CliStoppedError as err:
             raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
         checks.record(key)
         self.installs.append(
-            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=time.monotonic() - started)
+            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=clock.now() - started)
         )
         self.cache_bytes["plugins"] = disk_usage(self.settings.plugin_store)
 
@@ -430,7 +433,7 @@ class Attempt:
         text = self.scrubber.scrub(failure_message(f"installing plugins ({PLUGIN_TOOL})", output))
         raise StepFailedError("plugins", kind, text) from err
 
-    def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Result:
+    def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Completed:
         """Run an engine operation with its events followed and observed."""
         with self._phase(phase, step) as observer, EventLog(observer.on_event) as events:
             tail = [*_DISPLAY, "--event-log", str(events), "--stack", self.request.stack]
@@ -440,7 +443,7 @@ class Attempt:
     def _phase(self, phase: Phase, step: Step | None = None) -> Iterator[StepObserver]:
         """Run a phase: observe its events and turn its failure into ``StepFailedError``."""
         if step is not None:
-            self.observer = StepObserver(step, self._report)
+            self.observer = StepObserver(step, self._report, clock=self.settings.clock)
         try:
             yield self.observer
         except (CliError, CliStoppedError, OSError, ValueError) as err:
@@ -510,10 +513,6 @@ class Attempt:
 
 def _not_found(err: CliError) -> bool:
     return classify("select", err.result.stdout, err.result.stderr) is ErrorKind.STACK_NOT_FOUND
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _permalink(stdout: str) -> str | None:

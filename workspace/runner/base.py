@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from workspace.runner.types import LockInfo, Outcome, ProgressCallback, UpdateRequest
+from workspace.runner.types import LockInfo, Outcome, ProgressCallback, RunResult, UpdateRequest
 
 
 class Runner(Protocol):
@@ -18,12 +18,14 @@ class Runner(Protocol):
 
     Every operation returns an ``Outcome`` (never raises for a failed run: the failure is
     classified in ``Outcome.error``); ``stop`` interrupts it (the outcome then says so).
+    A runner whose runs outlive the operator returns ``Detached`` instead when ``stop`` says
+    the operator is stopping (``StopSignal.cause == "shutdown"``): the run goes on.
     No method raises for a Pulumi or backend failure; programming errors may raise.
     """
 
     def run(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> Outcome:
+    ) -> RunResult:
         """Optionally refresh, then ``up`` (or ``preview`` when ``request.preview``).
 
         Prepares the workspace first (see ``prepare``). With ``request.refresh`` an ``up``
@@ -35,7 +37,7 @@ class Runner(Protocol):
 
     def destroy(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> Outcome:
+    ) -> RunResult:
         """Destroy the stack's resources and remove the stack; a missing stack succeeds."""
         ...
 
@@ -68,7 +70,7 @@ class Runner(Protocol):
         *,
         on_progress: ProgressCallback | None = None,
         stop: threading.Event | None = None,
-    ) -> Outcome | None:
+    ) -> RunResult | None:
         """The outcome of the stack's operation that was in flight when the operator restarted.
 
         A runner whose operations outlive the operator (a pod) waits for that operation

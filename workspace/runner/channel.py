@@ -132,8 +132,6 @@ def _outcome(body: dict[str, Any]) -> Outcome:
     if operation not in get_args(Operation):
         raise ValueError(operation)
     error = ErrorKind(body["error"])
-    if error is ErrorKind.DETACHED:
-        raise ValueError(error)  # only the operator's side detaches
     outputs, changes = body.get("outputs") or {}, body.get("changes") or {}
     if not isinstance(outputs, dict) or not isinstance(changes, dict):
         raise TypeError("outputs and changes are objects")

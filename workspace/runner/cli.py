@@ -87,7 +87,7 @@ def inherited_env() -> dict[str, str]:
 class CliError(Exception):
     """A command exited non-zero; ``result`` has its output."""
 
-    def __init__(self, words: str, result: process.Result) -> None:
+    def __init__(self, words: str, result: process.Completed) -> None:
         """``pulumi <words>`` ended with ``result``."""
         super().__init__(f"`pulumi {words}` exited with code {result.code}")
         self.result = result
@@ -125,11 +125,11 @@ class Cli:
         """Run commands as ``context`` says."""
         self._context = context
         self.interrupted = False  # a command of this operation was interrupted or not started
-        self.last: process.Result | None = None
+        self.last: process.Completed | None = None
 
     def run(
         self, args: Sequence[str], *, stdin: str | None = None, interruptible: bool = True
-    ) -> process.Result:
+    ) -> process.Completed:
         """Run ``pulumi <args>``; its result, or ``CliError`` on a non-zero exit.
 
         ``interruptible=False`` is for short read-only or finishing bookkeeping: it starts

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from controller.clock import Clock, RealClock
 from workspace.runner.types import PROGRESS_INTERVAL, Progress, ProgressCallback, Step
 
 log = structlog.get_logger(__name__)
@@ -112,13 +112,13 @@ class StepObserver:
         report: ProgressCallback,
         *,
         interval: float = PROGRESS_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
-        """Observe ``step``, reporting to ``report``; ``clock`` is monotonic seconds."""
+        """Observe ``step``, reporting to ``report``; intervals are measured on ``clock``."""
         self._step = step
         self._report = report
         self._interval = interval
-        self._clock = clock
+        self._clock = clock or RealClock()
         self._lock = threading.Lock()
         self._started = self._done = self._failed = 0
         self._current: str | None = None
@@ -155,7 +155,7 @@ class StepObserver:
         """Count one engine event; report progress if due."""
         try:
             with self._lock:
-                if self._count(event) and self._clock() - self._sent_at >= self._interval:
+                if self._count(event) and self._clock.now() - self._sent_at >= self._interval:
                     self._send()
         except Exception:  # the follower's thread must never see it
             log.exception("Engine event handling failed")
@@ -216,7 +216,7 @@ class StepObserver:
         progress = Progress(self._step, self._done, total, self._failed, self._current)
         if progress == self._sent:
             return
-        self._sent, self._sent_at = progress, self._clock()
+        self._sent, self._sent_at = progress, self._clock.now()
         self._report(progress)
 
 

@@ -9,7 +9,7 @@ the file holds no value of any of them). While the marker exists the select is s
 
 A stack can still vanish behind the runner's back (``pulumi stack rm`` by hand, a wiped
 backend): a later command then reports it missing, and the attempt forgets the marker
-and selects (or creates) it again, once (see ``Attempt``). ``destroy`` forgets it after
+and selects (or creates) it again, once (see ``OperationRun``). ``destroy`` forgets it after
 ``stack rm``.
 """
 

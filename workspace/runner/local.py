@@ -41,9 +41,10 @@ from typing import Protocol, TypeVar
 
 import structlog
 
+from controller.clock import Clock, RealClock
 from workspace.runner import locks as backend_locks
-from workspace.runner.attempt import Attempt, RunnerSettings
-from workspace.runner.deps import Installer, Store
+from workspace.runner.attempt import OperationRun, RunnerSettings
+from workspace.runner.deps import DependencyStore, Installer
 from workspace.runner.failures import StepFailedError
 from workspace.runner.home import forget_credentials
 from workspace.runner.project import load_project
@@ -93,20 +94,27 @@ class LocalRunner:
         cache: Path | None = None,
         cache_limit: int = DEFAULT_CACHE_LIMIT,
         plugin_mirror: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """Use the CLI of ``pulumi_command``, sharing plugins in ``pulumi_home``."""
+        """Use the CLI of ``pulumi_command``, sharing plugins in ``pulumi_home``.
+
+        Every time a run reads (its start and end, step and install durations) is read
+        on ``clock``.
+        """
         self.pulumi_home = pulumi_home
-        store = Store((cache or pulumi_home.parent / ".cache").absolute(), cache_limit)
+        store = DependencyStore((cache or pulumi_home.parent / ".cache").absolute(), cache_limit)
+        clock = clock or RealClock()
         self._settings = RunnerSettings(
             pulumi_command.command,
             pulumi_home,
             interrupt_grace,
-            Installer(store),
+            Installer(store, clock),
             plugin_mirror,
+            clock,
         )
 
     @property
-    def dependency_store(self) -> Store:
+    def dependency_store(self) -> DependencyStore:
         """Where programs' dependencies are installed and cached."""
         return self._settings.installer.store
 
@@ -156,7 +164,7 @@ class LocalRunner:
         A stack that does not exist counts as destroyed. ``refresh``, ``preview`` and
         ``targets`` of the request are ignored.
         """
-        attempt = Attempt(self._settings, request, "destroy", stop, on_progress)
+        attempt = OperationRun(self._settings, request, "destroy", stop, on_progress)
 
         def phases() -> Outcome:
             if not attempt.find_stack():
@@ -236,9 +244,9 @@ class LocalRunner:
 
     def _attempt(
         self, request: UpdateRequest, stop: threading.Event, on_progress: ProgressCallback
-    ) -> Attempt:
+    ) -> OperationRun:
         operation: Operation = "preview" if request.preview else "up"
-        return Attempt(self._settings, request, operation, stop, on_progress)
+        return OperationRun(self._settings, request, operation, stop, on_progress)
 
     def _lock_files(self, request: UpdateRequest) -> list[backend_locks.LockFile] | None:
         """The stack's lock files, or None when its backend is not a readable ``file://``."""
@@ -253,7 +261,7 @@ class LocalRunner:
         )
 
 
-def _again_if_vanished(attempt: Attempt, phases: Callable[[], T]) -> T | Outcome:
+def _again_if_vanished(attempt: OperationRun, phases: Callable[[], T]) -> T | Outcome:
     """Run ``phases``; once more if the stack an unselected run assumed had gone.
 
     A failure (of either run) becomes the attempt's failed ``Outcome``.

@@ -17,8 +17,9 @@ from pathlib import Path
 import structlog
 
 from controller.clock import parse_time
+from workspace.runner.failures import StepFailedError
 from workspace.runner.home import current_login
-from workspace.runner.project import Project
+from workspace.runner.project import Project, load_project
 from workspace.runner.types import LockInfo, UpdateRequest
 
 log = structlog.get_logger(__name__)
@@ -122,3 +123,28 @@ def _runs_pulumi(pid: int) -> bool:
     except OSError:
         return True
     return Path(argv0.decode(errors="replace")).name.startswith("pulumi")
+
+
+def release_own(request: UpdateRequest, home: Path) -> bool:
+    """Delete the stack's locks if every one was taken on a host of this host's name.
+
+    A run pod's hostname is its name, which is the Stack's: a lock of that name was left
+    by an earlier run pod of the same Stack, which is gone (one run pod per Stack). False
+    when the project cannot be read, the backend is not ``file://`` or a lock is another's.
+    """
+    try:
+        project = load_project(request.work_dir)
+    except StepFailedError:
+        return False
+    backend = backend_dir(request, project, request.pulumi_home or home)
+    if backend is None:
+        return False
+    found = lock_files(backend, project, request.stack)
+    host = socket.gethostname()
+    if not found or any(lock.info.hostname != host for lock in found):
+        return False
+    for lock in found:
+        lock.path.unlink(missing_ok=True)
+        Path(f"{lock.path}.attrs").unlink(missing_ok=True)  # gocloud fileblob's metadata
+    log.warning("Released the lock an earlier run pod of this Stack left", locks=len(found))
+    return True

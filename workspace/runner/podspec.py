@@ -49,7 +49,7 @@ ANNOTATION_COMMIT = "pulumi-stack-operator.dev/commit"
 ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CACHE_VOLUME = "pulumi-cache"
-CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.workspace)
+CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.volumes)
 _NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
 
 

@@ -51,9 +51,6 @@ class ErrorKind(enum.StrEnum):
     """The run's pod ended without an outcome (deleted, evicted, OOM-killed, past its
     deadline) or could not start (image pull, missing Secret): retry with backoff; the
     message carries the pod's own reason."""
-    DETACHED = "Detached"
-    """The operator is stopping and left the run going (a pod outlives it): nothing is
-    concluded; the next instance attaches to the run."""
 
 
 class StopSignal(threading.Event):
@@ -193,8 +190,27 @@ class Outcome:
     cache_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
-def failed_outcome(operation: str, error: ErrorKind, message: str, started: datetime) -> Outcome:
-    """A failed ``operation`` that changed nothing and ended now (``started`` is aware)."""
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """A run left going, not finished: the operator is stopping and the run outlives it.
+
+    Only a runner whose runs outlive the operator (a run pod) returns it. It is not an
+    outcome: nothing is concluded from it, and the next instance attaches to the run.
+    """
+
+    operation: str
+    started: datetime
+    message: str
+
+
+RunResult = Outcome | Detached
+"""What a runner's operation returns: the outcome, or the run left going."""
+
+
+def failed_outcome(
+    operation: str, error: ErrorKind, message: str, started: datetime, ended: datetime
+) -> Outcome:
+    """A failed ``operation`` that changed nothing, from ``started`` to ``ended`` (aware)."""
     return Outcome(
         operation=operation,  # type: ignore[arg-type]
         succeeded=False,
@@ -204,7 +220,7 @@ def failed_outcome(operation: str, error: ErrorKind, message: str, started: date
         resource_changes={},
         permalink=None,
         started=started,
-        ended=datetime.now(started.tzinfo),
+        ended=ended,
     )
 
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 
+from controller.clock import Clock
 from status.text import truncate
 from workspace import process
-from workspace.process import Result
+from workspace.process import REAL_CLOCK, Completed
 from workspace.source.errors import (
     BrokenRepositoryError,
     SourceError,
@@ -114,17 +114,20 @@ class Git:
     scrub; ``timeout`` (seconds) bounds every command of the operation together.
     """
 
-    def __init__(self, env: dict[str, str], url: str, login: Login, timeout: float) -> None:
-        """Start the operation's clock now."""
+    def __init__(
+        self, env: dict[str, str], url: str, login: Login, timeout: float, clock: Clock = REAL_CLOCK
+    ) -> None:
+        """Start the operation's deadline now, on ``clock``."""
         self._env = env
         self.url = url
         self._secrets = login.secrets
-        self._deadline = time.monotonic() + timeout
+        self._clock = clock
+        self._deadline = clock.now() + timeout
         self._timeout = timeout
 
-    def run(self, args: Sequence[str], cwd: Path) -> Result:
+    def run(self, args: Sequence[str], cwd: Path) -> Completed:
         """Run ``git <args>`` in ``cwd``; raise a transient SourceError when time runs out."""
-        remaining = self._deadline - time.monotonic()
+        remaining = self._deadline - self._clock.now()
         if remaining <= 0:
             raise self._timed_out(args)
         argv = ["git", *args]
@@ -133,7 +136,8 @@ class Git:
         env = {**self._env, "GIT_CEILING_DIRECTORIES": str(cwd.resolve().parent)}
         log.debug("Running git", argv=self.scrub(shlex.join(argv)), cwd=str(cwd))
         # Its own process group: at the deadline git, its remote helper and ssh all die.
-        result = process.run(process.Command(argv, cwd=cwd, env=env, timeout=remaining))
+        command = process.Command(argv, cwd=cwd, env=env, timeout=remaining)
+        result = process.run(command, clock=self._clock)
         if result.timed_out:
             raise self._timed_out(args)
         return result

@@ -57,10 +57,10 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
-# The pod runner: run pods read by name, created and deleted; their log followed.
+# The pod runner: run pods read and watched by name, created and deleted; their log followed.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, create, delete]
+  verbs: [get, watch, create, delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

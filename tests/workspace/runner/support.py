@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from testbed import waits
 from testbed.pulumi_env import PulumiEnv
 from tests.e2e.waits import pending
 from workspace import process
@@ -55,10 +55,7 @@ def lock_files(pulumi_env: PulumiEnv) -> list[Path]:
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
     """Poll until ``condition`` holds, failing the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    waits.wait_for(condition, "the condition", timeout, interval=0.05)
 
 
 def proc_stat(pid: str | int) -> list[str]:

@@ -74,7 +74,7 @@ def test_anything_else_is_not_a_report(line: str) -> None:
 
 
 def test_a_report_cannot_name_a_stack_or_claim_a_detached_run() -> None:
-    """Extra keys are ignored (nothing names a Stack or generation); DETACHED is refused."""
+    """Extra keys are ignored (nothing names a Stack or generation); "Detached" is refused."""
     body = json.loads(outcome_line(outcome())[len(PREFIX) :])
     body["outcome"] |= {"namespace": "other", "name": "victim", "generation": 99}
     parsed = parse_line(PREFIX + json.dumps(body))

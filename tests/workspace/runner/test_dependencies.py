@@ -24,7 +24,7 @@ from testbed.pulumi_env import PulumiEnv
 from tests.conftest import PROGRAMS
 from tests.workspace.runner.support import STACK, ProgressLog, succeeded
 from workspace.runner import ErrorKind, LocalRunner, Outcome, UpdateRequest
-from workspace.runner.deps import Store
+from workspace.runner.deps import DependencyStore
 
 pytestmark = pytest.mark.pulumi
 
@@ -170,7 +170,7 @@ def test_the_store_is_bounded(
     outcome, _ = up(runner, request_for(pulumi_env, copy_program("python-outputs")))
     assert succeeded(outcome)
     assert outcome.cache_bytes["environments"] > 0
-    store = Store(tmp_path / "small", 1)
+    store = DependencyStore(tmp_path / "small", 1)
     assert store.usage(measure_downloads=False).environments == outcome.cache_bytes["environments"]
 
 

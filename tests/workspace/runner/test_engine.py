@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from controller.clock import FakeClock
 from tests.workspace.runner.support import (
     SECRET_VALUE,
     ArgvSpy,
@@ -109,15 +110,15 @@ def step_event(*, started: bool, urn: str) -> Event:
 
 def test_progress_is_reported_at_most_once_per_interval_then_flushed() -> None:
     """Events within one interval make one report; the step's end flushes the last state."""
-    now = [0.0]
+    clock = FakeClock()
     reports = ProgressLog()
-    observer = StepObserver("update", reports, interval=1.0, clock=lambda: now[0])
+    observer = StepObserver("update", reports, interval=1.0, clock=clock)
 
     observer.on_event(step_event(started=True, urn="urn:a"))
     observer.on_event(step_event(started=True, urn="urn:b"))
-    now[0] = 0.5
+    clock.step(0.5)
     observer.on_event(step_event(started=False, urn="urn:a"))
-    now[0] = 1.0
+    clock.step(0.5)
     observer.on_event(step_event(started=False, urn="urn:b"))
     observer.flush()
     observer.flush()

@@ -2,13 +2,18 @@
 
 The real thing runs on the test node (``tests/node/test_pod_runner.py``); here each pod
 state the kubelet can report is played out, including ones that are slow to reach there.
+The fake serves watches as the API server does (a line per event), so a run is followed
+by its pod's changes; timeouts run on a fake clock.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
+import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,17 +21,21 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from controller.clock import Clock, FakeClock
 from workspace.runner import (
+    Detached,
     ErrorKind,
     Outcome,
     PodRunner,
     Progress,
     RunJob,
+    RunResult,
     StopSignal,
     UpdateRequest,
 )
 from workspace.runner.channel import outcome_line, progress_line
-from workspace.runner.podspec import pod_name, run_pod
+from workspace.runner.podapi import PodChanges
+from workspace.runner.podspec import run_pod
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 JOB = RunJob(
@@ -73,8 +82,37 @@ class Log:
         """Nothing to release."""
 
 
+class Watch:
+    """A streamed watch: each event as a JSON line, blocking until one comes or shutdown."""
+
+    def __init__(self) -> None:
+        """No event yet."""
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def send(self, kind: str, pod: dict[str, Any]) -> None:
+        """Stream the event ``kind`` of ``pod`` (a copy, as the API serves it)."""
+        self.events.put({"type": kind, "object": copy.deepcopy(pod)})
+
+    def stream(self, amt: int, *, decode_content: bool) -> Iterator[bytes]:
+        """The events as lines, until ``shutdown``."""
+        del amt, decode_content
+        while (event := self.events.get()) is not None:
+            yield (json.dumps(event) + "\n").encode()
+
+    def shutdown(self) -> None:
+        """End the stream (a read blocked on it returns)."""
+        self.events.put(None)
+
+    def close(self) -> None:
+        """End the stream."""
+        self.shutdown()
+
+    def release_conn(self) -> None:
+        """Nothing to release."""
+
+
 class FakePods:
-    """The few CoreV1Api calls PodRunner makes, over one namespace's pods."""
+    """The few CoreV1Api calls PodRunner makes, over one namespace's pods, with watches."""
 
     def __init__(self) -> None:
         """No pods; new ones run."""
@@ -86,6 +124,21 @@ class FakePods:
         self.on_log: Any = None
         self.on_create: Any = None
         self.claims: set[str] = set()  # PersistentVolumeClaims the namespace has
+        self.watches: list[Watch] = []
+        self.reads = 0
+        self._version = 0
+
+    def add(self, pod: dict[str, Any]) -> None:
+        """Store ``pod`` (a new resourceVersion) and tell every watch."""
+        self._version += 1
+        pod["metadata"]["resourceVersion"] = str(self._version)
+        self.pods[pod["metadata"]["name"]] = pod
+        for watch in self.watches:
+            watch.send("MODIFIED", pod)
+
+    def set_status(self, name: str, status: dict[str, Any]) -> None:
+        """The kubelet reports ``status`` for the pod ``name``."""
+        self.add({**self.pods[name], "status": status})
 
     def create_namespaced_pod(
         self, namespace: str, body: dict[str, Any], **kwargs: Any
@@ -97,11 +150,11 @@ class FakePods:
             raise ApiException(status=409, reason="AlreadyExists")
         pod = {**body, "metadata": {**body["metadata"], "uid": f"pod-{len(self.created)}"}}
         pod["status"] = self.status
-        self.pods[name] = pod
+        self.add(pod)
         self.created.append(pod)
         if self.on_create is not None:
             self.on_create()
-        return pod
+        return copy.deepcopy(pod)
 
     def read_namespaced_persistent_volume_claim(
         self, name: str, namespace: str, **kwargs: Any
@@ -115,15 +168,30 @@ class FakePods:
     def read_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
         """The pod; 404 when there is none."""
         del namespace, kwargs
+        self.reads += 1
         if name not in self.pods:
             raise ApiException(status=404, reason="NotFound")
-        return self.pods[name]
+        return copy.deepcopy(self.pods[name])
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Watch:
+        """A watch of one pod by name (the only list PodRunner makes)."""
+        del namespace
+        assert kwargs["watch"] is True
+        assert kwargs["field_selector"] == "metadata.name=web-pulumi"
+        watch = Watch()
+        if kwargs.get("resource_version") is None and "web-pulumi" in self.pods:
+            watch.send("ADDED", self.pods["web-pulumi"])
+        self.watches.append(watch)
+        return watch
 
     def delete_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> None:
-        """Delete at once (recorded)."""
+        """Delete at once (recorded; watches see it)."""
         del namespace, body, kwargs
         self.deleted.append(name)
-        self.pods.pop(name, None)
+        gone = self.pods.pop(name, None)
+        if gone is not None:
+            for watch in self.watches:
+                watch.send("DELETED", gone)
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Log:
         """The log (after ``on_log``, which may change the pod)."""
@@ -138,10 +206,10 @@ def running() -> dict[str, Any]:
     return {"name": "pulumi", "state": {"running": {"startedAt": "2026-12-01T10:00:01Z"}}}
 
 
-def runner(pods: FakePods) -> PodRunner:
-    """A PodRunner over ``pods`` that looks again at once."""
-    pod_runner = PodRunner(client.ApiClient(), "operator:1", poll=0.01, start_timeout=0.5)
-    pod_runner._core = pods  # type: ignore[assignment]  # noqa: SLF001 - the fake API
+def runner(pods: FakePods, clock: Clock | None = None) -> PodRunner:
+    """A PodRunner over ``pods``."""
+    pod_runner = PodRunner(client.ApiClient(), "operator:1", start_timeout=0.5, clock=clock)
+    pod_runner.api.core = pods  # type: ignore[assignment]
     return pod_runner
 
 
@@ -180,7 +248,9 @@ def test_a_container_that_cannot_start_is_runner_failed_with_the_kubelets_reason
         "phase": "Pending",
         "containerStatuses": [{"name": "pulumi", "state": {"waiting": waiting}}],
     }
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
     assert outcome.error is ErrorKind.RUNNER_FAILED
     assert "team/web-pulumi failed: ImagePullBackOff: Back-off pulling image x:1" in outcome.message
     assert pods.deleted == ["web-pulumi"]
@@ -193,13 +263,15 @@ def test_a_pod_that_ends_without_an_outcome_says_why() -> None:
     killed = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
 
     def oom() -> None:
-        pods.pods["web-pulumi"]["status"] = {
-            "phase": "Failed",
-            "containerStatuses": [{"name": "pulumi", "state": killed}],
-        }
+        pods.set_status(
+            "web-pulumi",
+            {"phase": "Failed", "containerStatuses": [{"name": "pulumi", "state": killed}]},
+        )
 
     pods.on_log = oom
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
     assert outcome.error is ErrorKind.RUNNER_FAILED
     assert "OOMKilled: exit code 137" in outcome.message
 
@@ -211,7 +283,9 @@ def test_an_interrupted_outcome_the_operator_did_not_ask_for_is_a_deleted_pod() 
         DONE, succeeded=False, error=ErrorKind.INTERRUPTED, message="update interrupted"
     )
     pods.log = [outcome_line(interrupted)]
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
     assert outcome.error is ErrorKind.RUNNER_FAILED
     assert "Deleted" in outcome.message
 
@@ -222,7 +296,7 @@ def test_the_same_run_pod_is_attached_to_not_created_again() -> None:
     existing = run_pod(JOB, "up", image="operator:1", grace=60)
     existing["metadata"]["uid"] = "old"
     existing["status"] = pods.status
-    pods.pods[pod_name("web")] = existing
+    pods.add(existing)
     pods.log = [outcome_line(DONE)]
     assert runner(pods).attach(REQUEST) == DONE
     assert pods.created == []
@@ -231,21 +305,23 @@ def test_the_same_run_pod_is_attached_to_not_created_again() -> None:
 def test_a_pod_the_operator_did_not_create_is_left_alone() -> None:
     """A foreign pod holding the name: RunnerFailed saying so; it is not deleted."""
     pods = FakePods()
-    pods.pods["web-pulumi"] = {"metadata": {"name": "web-pulumi", "uid": "x", "labels": {}}}
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    pods.add({"metadata": {"name": "web-pulumi", "uid": "x", "labels": {}}})
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
     assert outcome.error is ErrorKind.RUNNER_FAILED
     assert "did not create" in outcome.message
     assert pods.deleted == []
 
 
 def test_an_operator_shutdown_leaves_the_run_pod_going() -> None:
-    """Stop with cause shutdown: DETACHED, and the pod is not deleted."""
+    """Stop with cause shutdown: ``Detached``, and the pod is not deleted."""
     pods = FakePods()
     pods.status = {"phase": "Pending"}
     stop = StopSignal()
     pods.on_create = lambda: stop.set_for("shutdown")
     outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
-    assert outcome.error is ErrorKind.DETACHED
+    assert isinstance(outcome, Detached)
     assert pods.deleted == []
     assert "web-pulumi" in pods.pods
 
@@ -256,7 +332,7 @@ def test_a_run_the_operator_stops_is_interrupted_even_without_a_word_from_the_po
     pods.status = {"phase": "Pending"}
     stop = StopSignal()
     pods.on_create = lambda: stop.set_for("deadline")
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
+    outcome = finished(runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop))
     assert outcome.error is ErrorKind.INTERRUPTED
     assert pods.deleted == ["web-pulumi"]
 
@@ -266,7 +342,7 @@ def test_a_run_stopped_before_its_pod_starts_creates_none() -> None:
     pods = FakePods()
     stop = StopSignal()
     stop.set_for("interrupt")
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop)
+    outcome = finished(runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stop))
     assert outcome.error is ErrorKind.INTERRUPTED
     assert pods.created == []
 
@@ -282,6 +358,93 @@ def test_an_api_error_names_the_api_servers_message() -> None:
         raise err
 
     pods.create_namespaced_pod = refuse  # type: ignore[method-assign]
-    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
     assert outcome.error is ErrorKind.RUNNER_FAILED
     assert "violates PodSecurity" in outcome.message
+
+
+def finished(result: RunResult) -> Outcome:
+    """``result``, an outcome (not a run left going)."""
+    assert isinstance(result, Outcome)
+    return result
+
+
+def pending(reason: str = "Unschedulable") -> dict[str, Any]:
+    """A pod status that is not scheduled, for ``reason``."""
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": reason, "message": "0/1"}
+    return {"phase": "Pending", "conditions": [scheduled]}
+
+
+def start(pods: FakePods, clock: FakeClock) -> tuple[threading.Thread, list[Any]]:
+    """Run ``REQUEST`` on ``pods`` in a thread; its result lands in the returned list."""
+    result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            runner(pods, clock).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+        ),
+        daemon=True,
+    )
+    thread.start()
+    return thread, result
+
+
+def test_a_run_is_followed_by_its_pods_changes_not_by_reading_it_again() -> None:
+    """Pending, then running with an outcome: the change alone moves the run on.
+
+    The fake clock never moves, so a runner that waited for a timer to read the pod again
+    would never see the container start; the pod is read once, before it is created.
+    """
+    pods, clock = FakePods(), FakeClock()
+    pods.status = pending()
+    pods.log = [outcome_line(DONE)]
+    thread, result = start(pods, clock)
+    assert clock.wait_for_waiters(1)
+    pods.set_status("web-pulumi", {"phase": "Running", "containerStatuses": [running()]})
+    thread.join(timeout=10)
+    assert result == [DONE]
+    assert pods.reads == 1
+
+
+def test_a_pod_never_scheduled_fails_once_its_start_timeout_passes_on_the_clock() -> None:
+    """Not scheduled: RunnerFailed NotStarted with the scheduler's reason, at the timeout."""
+    pods, clock = FakePods(), FakeClock()
+    pods.status = pending()
+    thread, result = start(pods, clock)
+    assert clock.wait_for_waiters(1)
+    clock.step(0.4)  # before the timeout (0.5): it waits on
+    assert clock.wait_for_waiters(1)
+    assert result == []
+    clock.step(0.2)
+    thread.join(timeout=10)
+    (outcome,) = result
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert "failed: NotStarted: not scheduled: Unschedulable: 0/1" in outcome.message
+    assert pods.deleted == ["web-pulumi"]
+
+
+def test_a_watch_that_ends_is_started_again_from_the_pod_read_afresh() -> None:
+    """410 Gone (an ERROR event): the pod is read again and its state published."""
+    pods, clock = FakePods(), FakeClock()
+    pod = run_pod(JOB, "up", image="operator:1", grace=60)
+    pod["metadata"]["uid"] = "u"
+    pods.add(pod)
+    with PodChanges(runner(pods, clock).api, JOB, pods.pods["web-pulumi"], clock) as changes:
+        seen = changes.version
+        pods.watches[0].events.put({"type": "ERROR", "object": {"code": 410}})
+        pods.set_status("web-pulumi", {"phase": "Running"})  # maybe missed by the ended watch
+        seen = until(changes, seen, lambda pod: (pod or {}).get("status") == {"phase": "Running"})
+        assert len(pods.watches) == 2
+        pods.delete_namespaced_pod("web-pulumi", "team", body=None)
+        until(changes, seen, lambda pod: pod is None)
+
+
+def until(changes: PodChanges, seen: int, check: Callable[[Any], bool]) -> int:
+    """Wait for published states until ``check`` holds for the newest; its version.
+
+    Time stands still on the fake clock: only a published state wakes the wait.
+    """
+    while not check(changes.pod):
+        seen = changes.wait(seen, float("inf"))
+    return seen

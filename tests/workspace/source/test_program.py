@@ -27,7 +27,7 @@ def linked_checkout(git_repo: Repo, tmp_path: Path) -> Path:
     (upstream.path / "infra").mkdir()
     (upstream.path / "infra" / "out").symlink_to("../..")
     tip = upstream.commit({"infra/Pulumi.yaml": "name: p\n", "README": "hello\n"})
-    work = tmp_path / "work"
+    work = tmp_path / "clone"
     checkout(url, work, commit=tip)
     assert (work / "escape").is_symlink()  # git checked the links out as links
     return work
@@ -41,7 +41,7 @@ def linked_checkout(git_repo: Repo, tmp_path: Path) -> Path:
         pytest.param(".", ".", id="dot"),
         pytest.param("infra", "infra", id="directory"),
         pytest.param("alias", "infra", id="symlink-inside"),
-        pytest.param("infra/out/work/infra", "infra", id="out-and-back-in"),
+        pytest.param("infra/out/clone/infra", "infra", id="out-and-back-in"),
     ],
 )
 def test_program_dir_inside_the_checkout(

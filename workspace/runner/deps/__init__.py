@@ -11,17 +11,17 @@ for one operation), ``plugins`` (when the plugin step can be skipped).
 from __future__ import annotations
 
 from workspace.runner.deps.installer import Installer, Prepared
-from workspace.runner.deps.store import Store, Usage
+from workspace.runner.deps.store import DependencyStore, Usage
 from workspace.runner.deps.tools import Tools, ToolStoppedError
 from workspace.runner.deps.types import Activation, DependencyError, Permanence
 
 __all__ = [
     "Activation",
     "DependencyError",
+    "DependencyStore",
     "Installer",
     "Permanence",
     "Prepared",
-    "Store",
     "ToolStoppedError",
     "Tools",
     "Usage",

@@ -1,8 +1,8 @@
 """Where the install tools keep what they download: one cache per tool, in the store.
 
 Shared by every run of the trust domain (the operator for the local runner, a namespace's
-cache volume in a run pod), so a package is downloaded once; ``Store.evict`` bounds them.
-The variables also keep the tools quiet and non-interactive.
+cache volume in a run pod), so a package is downloaded once; ``DependencyStore.evict``
+bounds them. The variables also keep the tools quiet and non-interactive.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from workspace.runner.deps.store import Store
+from workspace.runner.deps.store import DependencyStore
 
 _DIRECTORIES = {
     "npm_config_cache": "npm",
@@ -41,7 +41,7 @@ VARIABLES = frozenset(_DIRECTORIES) | frozenset(_QUIET)
 """The names of every variable ``download_env`` sets."""
 
 
-def download_env(store: Store) -> dict[str, str]:
+def download_env(store: DependencyStore) -> dict[str, str]:
     """The variables that point every install tool at its cache in ``store``."""
     store.downloads("pnpm")
     env = {name: str(store.downloads(tool)) for name, tool in _DIRECTORIES.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workspace.runner.deps.plan import Plan, content_key, present
+from workspace.runner.deps.plan import InstallPlan, content_key, present
 from workspace.runner.deps.tools import Tools
 from workspace.runner.deps.types import Activation, DependencyError, Permanence
 from workspace.runner.project import Project
@@ -18,7 +18,7 @@ from workspace.runner.project import Project
 TOOL = "go mod download"
 
 
-def plan(project: Project, tools: Tools) -> Plan | None:
+def plan(project: Project, tools: Tools) -> InstallPlan | None:
     """The download of the program's modules; None without a ``go.mod``.
 
     Raises ``DependencyError`` (permanent) when there is no ``go`` on ``PATH``.
@@ -44,4 +44,4 @@ def plan(project: Project, tools: Tools) -> Plan | None:
         del target
         return Activation()
 
-    return Plan("go", TOOL, key, install, activation)
+    return InstallPlan("go", TOOL, key, install, activation)

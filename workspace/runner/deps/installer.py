@@ -15,19 +15,19 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import structlog
 
+from controller.clock import Clock, RealClock
 from workspace.runner.deps import golang, nodejs, python
 from workspace.runner.deps.downloads import download_env
 from workspace.runner.deps.failures import message, permanence
-from workspace.runner.deps.plan import Plan
-from workspace.runner.deps.store import Entry, Store, Usage
+from workspace.runner.deps.plan import InstallPlan
+from workspace.runner.deps.store import DependencyStore, Entry, Usage
 from workspace.runner.deps.tools import ToolFailedError, Tools
 from workspace.runner.deps.types import Activation, DependencyError, Permanence
 from workspace.runner.project import Project
@@ -36,7 +36,7 @@ from workspace.runner.types import InstallRecord
 log = structlog.get_logger(__name__)
 
 TICK = 5.0  # seconds between two reports of a running install
-PLANNERS: dict[str, Callable[[Project, Tools], Plan | None]] = {
+PLANNERS: dict[str, Callable[[Project, Tools], InstallPlan | None]] = {
     "nodejs": nodejs.plan,
     "python": python.plan,
     "go": golang.plan,
@@ -55,7 +55,7 @@ class Prepared:
     """
 
     activation: Activation = field(default_factory=Activation)
-    plan: Plan | None = None
+    plan: InstallPlan | None = None
     records: list[InstallRecord] = field(default_factory=list)
     usage: Usage | None = None
 
@@ -63,9 +63,10 @@ class Prepared:
 class Installer:
     """Installs programs' dependencies into one store (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
-        """Keep environments and download caches in ``store``."""
+    def __init__(self, store: DependencyStore, clock: Clock | None = None) -> None:
+        """Keep environments and download caches in ``store``; time installs on ``clock``."""
         self.store = store
+        self.clock: Clock = clock or RealClock()
 
     def environment(self) -> dict[str, str]:
         """Variables every tool and CLI of a run gets: the download caches."""
@@ -85,18 +86,19 @@ class Installer:
             return
         prepared = Prepared(plan=plan)
         entry = self.store.entry(plan.kind, plan.key)
-        started = time.monotonic()
+        clock = self.clock
+        started = clock.now()
         build = self._builder(plan, prepared, on_install)
 
         def waiting() -> None:
-            on_install(f"waiting for another run installing {plan.tool}", _now())
+            on_install(f"waiting for another run installing {plan.tool}", clock.wall())
 
         with (
             self.store.downloading(tools.stop),
             self.store.using(entry, build, tools.stop, waiting) as hit,
         ):
             if hit:
-                seconds = time.monotonic() - started
+                seconds = clock.now() - started
                 prepared.records.append(
                     InstallRecord(plan.kind, plan.tool, hit=True, seconds=seconds)
                 )
@@ -105,26 +107,27 @@ class Installer:
             yield prepared
 
     def _builder(
-        self, plan: Plan, prepared: Prepared, on_install: OnInstall
+        self, plan: InstallPlan, prepared: Prepared, on_install: OnInstall
     ) -> Callable[[Entry], None]:
         """The store's build step: run the plan under a ticker, record it, evict after."""
+        clock = self.clock
 
         def build(entry: Entry) -> None:
-            started = time.monotonic()
+            started = clock.now()
             log.info("Installing dependencies", tool=plan.tool, environment=entry.name)
             try:
-                with ticking(f"installing dependencies ({plan.tool})", on_install):
+                with ticking(f"installing dependencies ({plan.tool})", on_install, clock):
                     plan.install(entry.path)
             except ToolFailedError as err:
                 output = err.result.stderr + "\n" + err.result.stdout
-                seconds = time.monotonic() - started
+                seconds = clock.now() - started
                 record = InstallRecord(
                     plan.kind, plan.tool, hit=False, seconds=seconds, succeeded=False
                 )
                 text = message(f"installing dependencies ({plan.tool})", output)
                 raise DependencyError(text, permanence(output), record) from err
             size = entry.finish(plan.kind, plan.tool)
-            seconds = time.monotonic() - started
+            seconds = clock.now() - started
             prepared.records.append(InstallRecord(plan.kind, plan.tool, hit=False, seconds=seconds))
             log.info(
                 "Installed dependencies", tool=plan.tool, seconds=round(seconds, 1), bytes=size
@@ -156,9 +159,12 @@ def link(directory: Path, activation: Activation) -> None:
 
 
 @contextlib.contextmanager
-def ticking(what: str, on_install: OnInstall) -> Iterator[None]:
-    """Tell ``on_install`` about ``what`` now and every ``TICK`` seconds until the block ends."""
-    since, done = _now(), threading.Event()
+def ticking(what: str, on_install: OnInstall, clock: Clock) -> Iterator[None]:
+    """Tell ``on_install`` about ``what`` now and every ``TICK`` seconds until the block ends.
+
+    ``since`` (the block's start) is read on ``clock``; the ticks are real seconds.
+    """
+    since, done = clock.wall(), threading.Event()
     on_install(what, since)
 
     def tick() -> None:
@@ -172,7 +178,3 @@ def ticking(what: str, on_install: OnInstall) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from workspace.runner.deps.downloads import pnpm_store
-from workspace.runner.deps.plan import Plan, content_key, present
+from workspace.runner.deps.plan import InstallPlan, content_key, present
 from workspace.runner.deps.tools import Tools
 from workspace.runner.deps.types import Activation, DependencyError, Permanence
 from workspace.runner.project import Project
@@ -31,7 +31,7 @@ SETTINGS = (".npmrc", ".yarnrc", ".yarnrc.yml", "pnpm-workspace.yaml", ".pnpmfil
 MODULES = "node_modules"
 
 
-def plan(project: Project, tools: Tools) -> Plan | None:
+def plan(project: Project, tools: Tools) -> InstallPlan | None:
     """The install of the program's ``node_modules``; None when there is nothing to install.
 
     Raises ``DependencyError`` (permanent) for an unknown package manager or one that is
@@ -68,7 +68,7 @@ def plan(project: Project, tools: Tools) -> Plan | None:
     def activation(target: Path) -> Activation:
         return Activation(links={MODULES: target / MODULES})
 
-    return Plan("nodejs", tool, key, install, activation)
+    return InstallPlan("nodejs", tool, key, install, activation)
 
 
 def _manager(project: Project) -> str:

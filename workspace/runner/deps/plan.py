@@ -1,8 +1,8 @@
 """A plan to install one program's dependencies, and the content key of its environment.
 
-A runtime module (``nodejs``, ``python``, ``golang``) looks at the program and returns a
-``Plan``: what the status shows (``tool``), the key of the environment it makes, how to
-make it in an empty directory and how to make the program use it. The key hashes every
+A runtime module (``nodejs``, ``python``, ``golang``) looks at the program and returns an
+``InstallPlan``: what the status shows (``tool``), the key of the environment it makes, how
+to make it in an empty directory and how to make the program use it. The key hashes every
 input that can change what gets installed: the dependency files' content, the tool's and
 the runtime's versions, the options, the platform; an unchanged program finds its
 environment and installs nothing.
@@ -24,7 +24,7 @@ KEY_LENGTH = 24  # hex digits of the key in an environment's name
 
 
 @dataclass(frozen=True)
-class Plan:
+class InstallPlan:
     """How to install a program's dependencies (see the module docstring).
 
     ``install`` builds the environment into the empty directory it is given (raising

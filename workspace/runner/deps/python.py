@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from workspace.runner.deps.plan import Plan, content_key, present
+from workspace.runner.deps.plan import InstallPlan, content_key, present
 from workspace.runner.deps.tools import Tools
 from workspace.runner.deps.types import Activation, DependencyError, Permanence
 from workspace.runner.project import Project
@@ -27,7 +27,7 @@ TOOLCHAINS = ("pip", "uv", "poetry")
 VENV = "venv"
 
 
-def plan(project: Project, tools: Tools) -> Plan | None:
+def plan(project: Project, tools: Tools) -> InstallPlan | None:
     """The install of the program's virtualenv; None when it declares no dependencies.
 
     Raises ``DependencyError`` (permanent) for an unknown toolchain, a toolchain that is
@@ -60,7 +60,7 @@ def plan(project: Project, tools: Tools) -> Plan | None:
         env = {"PULUMI_PYTHON_CMD": str(venv / "bin" / "python"), "VIRTUAL_ENV": str(venv)}
         return Activation(links=links, env=env, path=(str(venv / "bin"),))
 
-    return Plan("python", tool, key, install, activation)
+    return InstallPlan("python", tool, key, install, activation)
 
 
 Step = tuple[list[str], Path, dict[str, str]]

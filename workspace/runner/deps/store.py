@@ -26,7 +26,6 @@ import os
 import shutil
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +86,7 @@ class Usage:
     downloads: int
 
 
-class Store:
+class DependencyStore:
     """The environments and download caches under ``root`` (see the module docstring)."""
 
     def __init__(self, root: Path, limit: int) -> None:
@@ -250,7 +249,7 @@ def _relock(
             if not waited and on_wait is not None:
                 on_wait()
             waited = True
-            time.sleep(LOCK_POLL)
+            stop.wait(LOCK_POLL)  # a stop ends the wait at once
         else:
             return
 

@@ -25,7 +25,7 @@ VERSION_TIMEOUT = 60.0  # seconds for ``<tool> --version``
 class ToolFailedError(Exception):
     """A tool exited non-zero (``result`` has its output), or was interrupted."""
 
-    def __init__(self, words: str, result: process.Result) -> None:
+    def __init__(self, words: str, result: process.Completed) -> None:
         """``words`` (the tool and its subcommand) ended with ``result``."""
         super().__init__(f"{words} exited with code {result.code}")
         self.words = words
@@ -51,7 +51,7 @@ class Tools:
 
     def run(
         self, argv: Sequence[str], cwd: Path, extra: Mapping[str, str] | None = None
-    ) -> process.Result:
+    ) -> process.Completed:
         """Run ``argv`` in ``cwd`` with the environment (and ``extra`` over it).
 
         Raises ``ToolFailedError`` on a non-zero exit, ``ToolStoppedError`` when stopped

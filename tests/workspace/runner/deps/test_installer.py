@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.workspace.runner.deps.conftest import FakeBin
-from workspace.runner.deps import DependencyError, Installer, Permanence, Store
+from workspace.runner.deps import DependencyError, DependencyStore, Installer, Permanence
 from workspace.runner.project import Project
 
 FILES = {"package.json": "{}", "package-lock.json": "{}"}
@@ -38,7 +38,10 @@ def test_a_miss_installs_links_and_measures_then_a_hit_installs_nothing(
     make_project: Callable[..., Project], node_bin: FakeBin, tmp_path: Path
 ) -> None:
     """The second run of an unchanged program runs no tool; both link node_modules."""
-    installer, project = Installer(Store(tmp_path / "cache", 0)), make_project("nodejs", **FILES)
+    installer, project = (
+        Installer(DependencyStore(tmp_path / "cache", 0)),
+        make_project("nodejs", **FILES),
+    )
     heard = Heard()
     with installer.prepared(project, node_bin.tools(), heard) as first:
         link = project.directory / "node_modules"
@@ -61,7 +64,7 @@ def test_a_lockfile_out_of_step_is_permanent_with_the_tools_words(
 ) -> None:
     """The npm error ends the message; the failed install is recorded; nothing is kept."""
     node_bin.add("npm", OUT_OF_SYNC)
-    store = Store(tmp_path / "cache", 0)
+    store = DependencyStore(tmp_path / "cache", 0)
     with (
         pytest.raises(DependencyError) as raised,
         Installer(store).prepared(make_project("nodejs", **FILES), node_bin.tools(), Heard()),
@@ -83,7 +86,7 @@ def test_an_unreachable_registry_is_transient(
 ) -> None:
     """ECONNREFUSED: retried later."""
     node_bin.add("npm", REFUSED)
-    installer = Installer(Store(tmp_path / "cache", 0))
+    installer = Installer(DependencyStore(tmp_path / "cache", 0))
     with (
         pytest.raises(DependencyError) as raised,
         installer.prepared(make_project("nodejs", **FILES), node_bin.tools(), Heard()),
@@ -104,7 +107,7 @@ def test_a_virtualenv_link_outside_the_program_is_refused(
     project = make_project("python", "{virtualenv: ../elsewhere}", **{"requirements.txt": ""})
     with (
         pytest.raises(DependencyError) as raised,
-        Installer(Store(tmp_path / "cache", 0)).prepared(
+        Installer(DependencyStore(tmp_path / "cache", 0)).prepared(
             project, fake_bin.tools(system=True), Heard()
         ),
     ):
@@ -116,7 +119,7 @@ def test_runtimes_without_dependencies_install_nothing(
     make_project: Callable[..., Project], fake_bin: FakeBin, tmp_path: Path
 ) -> None:
     """YAML (and dotnet, java…): no plan, no record, nothing linked."""
-    installer = Installer(Store(tmp_path / "cache", 0))
+    installer = Installer(DependencyStore(tmp_path / "cache", 0))
     with installer.prepared(make_project("yaml"), fake_bin.tools(), Heard()) as prepared:
         assert prepared.plan is None
         assert prepared.records == []
@@ -132,7 +135,7 @@ def test_stop_interrupts_an_install(
     threading.Thread(target=lambda: _set_when(started, stop), daemon=True).start()
     with (
         pytest.raises(Exception, match="npm ci") as raised,
-        Installer(Store(tmp_path / "cache", 0)).prepared(
+        Installer(DependencyStore(tmp_path / "cache", 0)).prepared(
             make_project("nodejs", **FILES), node_bin.tools(stop), Heard()
         ),
     ):

@@ -9,14 +9,14 @@ import pytest
 
 from tests.workspace.runner.deps.conftest import FakeBin
 from workspace.runner.deps import Tools, nodejs
-from workspace.runner.deps.plan import Plan
+from workspace.runner.deps.plan import InstallPlan
 from workspace.runner.deps.types import DependencyError, Permanence
 from workspace.runner.project import Project
 
 PACKAGE = '{"name": "app", "dependencies": {"left-pad": "1.3.0"}}'
 
 
-def install(project: Project, bin_: FakeBin, target: Path) -> Plan:
+def install(project: Project, bin_: FakeBin, target: Path) -> InstallPlan:
     """Plan and run the install into ``target``; the plan."""
     plan = nodejs.plan(project, bin_.tools())
     assert plan is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workspace.runner.deps.store import Entry, Store, disk_usage, remove
+from workspace.runner.deps.store import DependencyStore, Entry, disk_usage, remove
 from workspace.runner.deps.tools import ToolStoppedError
 
 MIB = 1024 * 1024
@@ -27,7 +27,7 @@ def filler(size: int) -> Callable[[Entry], None]:
 
 def test_an_entry_is_built_once_then_found(tmp_path: Path) -> None:
     """An unchanged program installs nothing on its next run."""
-    store, built = Store(tmp_path, 0), []
+    store, built = DependencyStore(tmp_path, 0), []
 
     def build(entry: Entry) -> None:
         built.append(entry.name)
@@ -45,7 +45,7 @@ def test_an_entry_is_built_once_then_found(tmp_path: Path) -> None:
 
 def test_a_failed_build_leaves_nothing_and_is_built_again(tmp_path: Path) -> None:
     """A failed install leaves no half-made environment that a later run would take as good."""
-    store = Store(tmp_path, 0)
+    store = DependencyStore(tmp_path, 0)
     entry = store.entry("python", "k")
 
     def broken(entry: Entry) -> None:
@@ -62,7 +62,7 @@ def test_a_failed_build_leaves_nothing_and_is_built_again(tmp_path: Path) -> Non
 
 def test_a_leftover_without_its_marker_is_rebuilt(tmp_path: Path) -> None:
     """An install that died (no .complete marker) is done again from an empty directory."""
-    store = Store(tmp_path, 0)
+    store = DependencyStore(tmp_path, 0)
     entry = store.entry("nodejs", "k")
     (entry.path / "node_modules" / "half").mkdir(parents=True)
     with store.using(entry, filler(10), threading.Event()) as hit:
@@ -72,7 +72,7 @@ def test_a_leftover_without_its_marker_is_rebuilt(tmp_path: Path) -> None:
 
 def test_two_runs_of_one_key_build_it_once(tmp_path: Path) -> None:
     """Two runs needing the same environment at once: one installs, the other waits and uses it."""
-    store, calls = Store(tmp_path, 0), []
+    store, calls = DependencyStore(tmp_path, 0), []
     started, release = threading.Event(), threading.Event()
     hits: list[bool] = []
 
@@ -98,7 +98,7 @@ def test_two_runs_of_one_key_build_it_once(tmp_path: Path) -> None:
 
 def test_stop_ends_the_wait_for_another_runs_install(tmp_path: Path) -> None:
     """A stopped run does not wait for another run's install to finish."""
-    store, release, building = Store(tmp_path, 0), threading.Event(), threading.Event()
+    store, release, building = DependencyStore(tmp_path, 0), threading.Event(), threading.Event()
     entry = store.entry("nodejs", "k")
 
     def blocked(entry: Entry) -> None:
@@ -124,7 +124,7 @@ def test_stop_ends_the_wait_for_another_runs_install(tmp_path: Path) -> None:
 
 def test_eviction_removes_the_least_recently_used_unheld_entries(tmp_path: Path) -> None:
     """Over the limit, the least recently used environments go first, never one in use."""
-    store = Store(tmp_path, 3 * MIB)
+    store = DependencyStore(tmp_path, 3 * MIB)
     names = ["a", "b", "c", "d"]
     for name in names:
         with store.using(store.entry("nodejs", name), filler(MIB), threading.Event()):
@@ -146,7 +146,7 @@ def test_eviction_removes_the_least_recently_used_unheld_entries(tmp_path: Path)
 
 def test_downloads_are_emptied_when_entries_alone_do_not_fit(tmp_path: Path) -> None:
     """Download caches are emptied whole when removing environments is not enough."""
-    store = Store(tmp_path, MIB)
+    store = DependencyStore(tmp_path, MIB)
     (store.downloads("npm") / "blob").write_bytes(os.urandom(2 * MIB))
     usage = store.evict()
     assert usage.downloads == 0
@@ -155,7 +155,7 @@ def test_downloads_are_emptied_when_entries_alone_do_not_fit(tmp_path: Path) -> 
 
 def test_downloads_in_use_are_kept(tmp_path: Path) -> None:
     """A download cache an install is using is never emptied under it."""
-    store = Store(tmp_path, MIB)
+    store = DependencyStore(tmp_path, MIB)
     (store.downloads("pip") / "blob").write_bytes(os.urandom(2 * MIB))
     with store.downloading(threading.Event()):
         usage = store.evict()
@@ -165,7 +165,7 @@ def test_downloads_in_use_are_kept(tmp_path: Path) -> None:
 
 def test_no_limit_evicts_nothing(tmp_path: Path) -> None:
     """A limit of 0 means no limit."""
-    store = Store(tmp_path, 0)
+    store = DependencyStore(tmp_path, 0)
     with store.using(store.entry("go", "k"), filler(MIB), threading.Event()):
         pass
     assert store.evict().environments >= MIB

@@ -1,0 +1,299 @@
+"""Following one run pod to its outcome: its states from a watch, its reports from its log.
+
+``PodRun.follow`` waits on the pod's changes (``podapi.PodChanges``), never on a timer: a
+container that cannot start fails at once with the kubelet's reason, a pod still not
+started ``start_timeout`` seconds (on the injected ``Clock``) after following began fails
+``NotStarted``, and once the container runs its log is read to the agent's outcome line.
+
+Guarantees:
+
+* One outcome per ``follow``: the agent's (checked to be of the operation run), or
+  ``RUNNER_FAILED`` with the pod's own reason when it ends or vanishes without one, or
+  ``INTERRUPTED`` when the operator deleted it; ``Detached`` when the operator stops.
+* A stop with cause ``shutdown`` detaches (the pod goes on); any other stop deletes the pod
+  with its grace period, once, and the follow goes on to read what the agent reports.
+* The pod is deleted once concluded, unless the run is ``keep`` (an earlier run's pod,
+  which its caller deletes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import datetime
+from typing import Protocol
+
+import structlog
+from kubernetes.client.exceptions import ApiException
+from urllib3.response import BaseHTTPResponse
+
+from controller.clock import Clock
+from workspace.runner import podstate
+from workspace.runner.channel import parse_line
+from workspace.runner.job import RunJob
+from workspace.runner.podapi import PodApi, PodChanges, close_stream, lines, unblock
+from workspace.runner.podstate import Pod
+from workspace.runner.types import (
+    Detached,
+    ErrorKind,
+    Outcome,
+    Progress,
+    ProgressCallback,
+    RunResult,
+    failed_outcome,
+    stop_cause,
+)
+
+log = structlog.get_logger(__name__)
+
+STOP_CHECK = 0.2  # seconds between looks at the stop event while nothing else happens
+
+
+class PodMetrics(Protocol):
+    """What the pod runner records about its pods."""
+
+    def pod_created(self) -> None:
+        """One run pod was created."""
+        ...
+
+    def pod_failed(self, reason: str) -> None:
+        """One run ended without an outcome, for ``reason`` (the pod's own)."""
+        ...
+
+    def pod_started(self, seconds: float) -> None:
+        """A run pod's container started ``seconds`` after the pod was created."""
+        ...
+
+    def spec_to_running(self, seconds: float) -> None:
+        """A run pod for a spec change ran ``seconds`` after the change was written."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Following:
+    """What following a run pod needs: the API, the clock, the metrics and two limits."""
+
+    api: PodApi
+    clock: Clock
+    metrics: PodMetrics
+    grace: float  # seconds the agent has to interrupt the CLI once the pod is deleted
+    start_timeout: float  # seconds a pod may stay unscheduled or not started
+
+
+class PodRun:
+    """Following one run pod to its outcome (one per run; not shared)."""
+
+    def __init__(  # noqa: PLR0913 - one run's facts
+        self,
+        following: Following,
+        job: RunJob,
+        pod: Pod,
+        operation: str,
+        started: datetime,
+        *,
+        keep: bool = False,
+    ) -> None:
+        """Follow ``pod`` of ``job`` running ``operation``; ``keep`` leaves it undeleted."""
+        self._with, self.job, self.operation, self.started = following, job, operation, started
+        self.uid, self.name = podstate.uid(pod), podstate.name(pod)
+        self.created = podstate.created_at(pod)
+        self.last, self.keep = pod, keep
+        self.interrupted = False
+        self.started_seen = False
+
+    def follow(self, on_progress: ProgressCallback, stop: threading.Event) -> RunResult:
+        """Follow the pod until it reports an outcome or ends without one."""
+        clock = self._with.clock
+        with PodChanges(self._with.api, self.job, self.last, clock) as changes:
+            start_by = clock.now() + self._with.start_timeout
+            seen = changes.version
+            while True:
+                if stop.is_set():
+                    if stop_cause(stop) == "shutdown":
+                        return detached(self.operation, self.started)
+                    self.interrupt()
+                pod = changes.pod
+                if pod is None or podstate.uid(pod) != self.uid:
+                    return self.ended_without_outcome(gone=True)
+                self.last = pod
+                done = self._step(pod, on_progress, stop, start_by)
+                if done is not None:
+                    return done
+                seen = changes.wait(seen, min(clock.now() + STOP_CHECK, start_by))
+
+    def _step(
+        self, pod: Pod, on_progress: ProgressCallback, stop: threading.Event, start_by: float
+    ) -> RunResult | None:
+        """What the pod's state ``pod`` concludes, or None to wait for its next state."""
+        blocked = podstate.cannot_start(pod)
+        if blocked is not None:
+            return self.fail(*blocked)
+        if podstate.container_started(pod):
+            self.note_started(pod)
+            return self.read_reports(on_progress, stop)
+        if self._with.clock.now() >= start_by:
+            return self.fail("NotStarted", podstate.pending_reason(pod))
+        return None
+
+    def read_reports(
+        self, on_progress: ProgressCallback, stop: threading.Event
+    ) -> RunResult | None:
+        """Read the pod's log to its end; the outcome, or None to look at the pod again."""
+        try:
+            response = self._with.api.logs(self.job)
+        except ApiException as err:
+            if err.status in (400, 404):  # not readable (yet, or any more)
+                return self._after_log()
+            raise
+        left = threading.Event()
+        reading = threading.Event()
+        watcher = threading.Thread(
+            target=self._watch_stop, args=(stop, response, left, reading), daemon=True
+        )
+        watcher.start()
+        try:
+            outcome = read_log(response, on_progress)
+        finally:
+            reading.set()
+            watcher.join()
+            close_stream(response)
+        if left.is_set():
+            return detached(self.operation, self.started)
+        if outcome is not None:
+            return self.concluded(outcome)
+        return self._after_log()
+
+    def _after_log(self) -> RunResult | None:
+        """The log ended without an outcome: the pod's end, or None if it still runs."""
+        pod = self._with.api.read(self.job)
+        if pod is None or podstate.uid(pod) != self.uid:
+            return self.ended_without_outcome(gone=True)
+        self.last = pod
+        if podstate.finished(pod) or podstate.container_terminated(pod):
+            return self.ended_without_outcome(gone=False)
+        return None  # the stream broke while the container runs: follow again
+
+    def _watch_stop(
+        self,
+        stop: threading.Event,
+        response: BaseHTTPResponse,
+        left: threading.Event,
+        reading: threading.Event,
+    ) -> None:
+        """While the log is read: detach on shutdown, interrupt on any other stop."""
+        while not reading.is_set():
+            if not stop.wait(STOP_CHECK):
+                continue
+            if stop_cause(stop) == "shutdown":
+                left.set()
+                unblock(response)
+                return
+            try:
+                self.interrupt()
+            except Exception:  # noqa: BLE001 - the main loop interrupts again
+                log.warning("Could not delete the run pod to interrupt it", pod=self.name)
+                unblock(response)
+                return
+            # Interrupted: keep reading its outcome, but still detach on a shutdown.
+            while not reading.wait(STOP_CHECK):
+                if stop_cause(stop) == "shutdown":
+                    left.set()
+                    unblock(response)
+                    return
+            return
+
+    def interrupt(self) -> None:
+        """Delete the pod with its grace period: the agent interrupts the CLI (once)."""
+        if not self.interrupted:
+            log.info("Interrupting the run pod", pod=self.name)
+            self._with.api.delete(self.job, self.uid, grace=self._with.grace)
+            self.interrupted = True
+
+    def note_started(self, pod: Pod) -> None:
+        """Record the pod's start latency, once."""
+        if self.started_seen:
+            return
+        self.started_seen = True
+        at = podstate.container_started_at(pod)
+        changed = self.job.changed_at
+        if at is not None and changed is not None:
+            self._with.metrics.spec_to_running(max(0.0, (at - changed).total_seconds()))
+        if at is not None and self.created is not None:
+            self._with.metrics.pod_started(max(0.0, (at - self.created).total_seconds()))
+
+    def concluded(self, outcome: Outcome) -> Outcome:
+        """The agent's outcome, checked against this run; the pod is deleted."""
+        if not self.keep:
+            self._with.api.delete(self.job, self.uid)
+        if outcome.operation != self.operation:
+            message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
+            return self._failed(message)
+        if outcome.error is ErrorKind.INTERRUPTED and not self.interrupted:
+            # SIGTERM the operator did not send: a drain, an eviction, a deadline, a user.
+            pod = self._with.api.read(self.job)
+            reason, why = podstate.terminated_reason(pod if pod is not None else self.last)
+            if reason in ("Unknown", "Error", "Completed"):
+                reason, why = "Deleted", DELETED_BY
+            return self.fail(reason, f"{why}; {outcome.message}", delete=False)
+        return outcome
+
+    def ended_without_outcome(self, *, gone: bool) -> Outcome:
+        """The pod stopped (or vanished) without reporting an outcome."""
+        reason, message = podstate.terminated_reason(self.last)
+        if self.interrupted:  # the operator deleted it: the run was interrupted, as asked
+            note = f"interrupted by the operator; the run pod {self.name} ended without an outcome"
+            ended = self._with.clock.wall()
+            return failed_outcome(self.operation, ErrorKind.INTERRUPTED, note, self.started, ended)
+        if gone and reason == "Unknown":
+            reason, message = "Deleted", DELETED_BY
+        return self.fail(reason, message, delete=not gone)
+
+    def fail(self, reason: str, message: str, *, delete: bool = True) -> Outcome:
+        """A ``RUNNER_FAILED`` outcome naming the pod's ``reason``; the pod is deleted."""
+        if delete and not self.keep:
+            self._with.api.delete(self.job, self.uid)
+        self._with.metrics.pod_failed(reason)
+        text = f"the run pod {self.job.namespace}/{self.name} failed: {reason}"
+        log.warning("The run pod ended without an outcome", pod=self.name, reason=reason)
+        return self._failed(f"{text}: {message}" if message else text)
+
+    def _failed(self, message: str) -> Outcome:
+        return failed(self.operation, (self.started, self._with.clock.wall()), message)
+
+
+DELETED_BY = (
+    "the run pod was deleted while the run was in progress (a node drain, an eviction "
+    "or a user deleted it); the update was interrupted"
+)
+
+
+def read_log(response: BaseHTTPResponse, on_progress: ProgressCallback) -> Outcome | None:
+    """Report the log's progress lines as they come; the last outcome line's outcome."""
+    outcome: Outcome | None = None
+    try:
+        for line in lines(response):
+            report = parse_line(line)
+            if isinstance(report, Progress):
+                _report(on_progress, report)
+            elif isinstance(report, Outcome):
+                outcome = report
+    except Exception as err:  # noqa: BLE001 - a broken stream: the caller looks at the pod
+        log.debug("The run pod's log stream ended", error=type(err).__name__)
+    return outcome
+
+
+def _report(on_progress: ProgressCallback, progress: Progress) -> None:
+    try:
+        on_progress(progress)
+    except Exception:
+        log.exception("Progress callback failed")
+
+
+def failed(operation: str, times: tuple[datetime, datetime], message: str) -> Outcome:
+    """A ``RUNNER_FAILED`` outcome of ``operation`` that ran for ``times`` (start, end)."""
+    return failed_outcome(operation, ErrorKind.RUNNER_FAILED, message, *times)
+
+
+def detached(operation: str, started: datetime) -> Detached:
+    """The run is left going: the operator stops."""
+    return Detached(operation, started, "left running: the operator stops")
