@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from controller.logs import LEVELS, LogFormat
+from controller.names import is_dns_label
 
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -136,7 +136,7 @@ def non_negative_int(value: str) -> int:
 def _namespaces(value: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     for name in names:
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        if not is_dns_label(name):
             msg = f"{name!r} is not a valid namespace name"
             raise argparse.ArgumentTypeError(msg)
     return names

@@ -18,6 +18,9 @@ gets a reflector thread that follows client-go's reflector:
 Resync replays the cache to ``on_update(obj, obj)`` every ``resync_period`` seconds from
 memory, with no API call. Handlers run on the reflector and resync threads: they must be
 cheap (enqueue a key) and must not block.
+
+Every backoff, resync period and timeout is measured on the informer's ``Clock`` (a
+``RealClock`` unless one is passed).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -34,7 +36,9 @@ from kubernetes import client, watch
 from urllib3.exceptions import HTTPError
 
 from controller.cache import Object, ObjectKey, Store, freeze_object, resource_version
+from controller.clock import Clock, RealClock
 from controller.retry import REACHABILITY
+from controller.threads import ThreadGroup
 
 log = structlog.get_logger(__name__)
 
@@ -192,16 +196,22 @@ class Reflector:
         *,
         page_size: int = 500,
         min_watch_timeout: int = 300,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
-        """Prepare a reflector; ``run`` does the work until ``stop`` is set."""
+        """Prepare a reflector; ``run`` does the work until ``stop`` is set.
+
+        Backoffs are waited and watches timed on ``clock``; ``on_synced`` is called (on
+        the reflector's thread) each time a list has been delivered.
+        """
         self._lw = list_watcher
         self._store = store
         self._handler = handler
         self._stop = stop
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
-        self._clock = clock
+        self._clock = clock or RealClock()
+        self._on_synced = on_synced
         self._backoff = Backoff()
         self._synced = threading.Event()
         self.last_sync_resource_version = ""
@@ -231,9 +241,10 @@ class Reflector:
                 if self._stop.is_set():  # shut_down() closed the connection under us
                     return
                 REACHABILITY.observe(err)  # a restarting apiserver's 403s are transient
-                delay = self._backoff.next_delay(self._clock())
+                now = self._clock.now()
+                delay = self._backoff.next_delay(now)
                 log.warning("List/watch failed; retrying", retry_in=round(delay, 1), error=str(err))
-                self._stop.wait(delay)
+                self._clock.wait_event(self._stop, now + delay)
 
     def shut_down(self) -> None:
         """Abort a running watch; ``run`` returns once ``stop`` is set."""
@@ -259,6 +270,8 @@ class Reflector:
             self._handler.on_delete(DeletedFinalStateUnknown(ObjectKey.of(obj), obj))
         self.last_sync_resource_version = str(page["metadata"]["resourceVersion"])
         self._synced.set()
+        if self._on_synced is not None:
+            self._on_synced()
 
     def watch_once(self) -> None:
         """Watch from the last resourceVersion until the server ends the stream.
@@ -268,13 +281,13 @@ class Reflector:
                 which client-go also treats as a failure (to back off, not spin).
         """
         timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout)  # noqa: S311
-        started, delivered = self._clock(), 0
+        started, delivered = self._clock.now(), 0
         for event in self._lw.watch(self.last_sync_resource_version, timeout):
             if self._stop.is_set():
                 return
             self._apply(event)
             delivered += 1
-        if delivered == 0 and self._clock() - started < 1.0 and not self._stop.is_set():
+        if delivered == 0 and self._clock.now() - started < 1.0 and not self._stop.is_set():
             raise VeryShortWatchError(self.last_sync_resource_version)
 
     def _apply(self, event: WatchEvent) -> None:
@@ -296,7 +309,7 @@ class Reflector:
 class Informer:
     """Reflectors for each namespace in scope, one store, one resync timer."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - each knob is documented and defaulted
         self,
         list_watchers: Sequence[ListWatcher],
         handler: EventHandler,
@@ -304,57 +317,73 @@ class Informer:
         store: Store | None = None,
         resync_period: float = 0.0,
         min_watch_timeout: int = 300,
+        clock: Clock | None = None,
     ) -> None:
-        """Prepare an informer filling ``store`` (a new one by default); resync 0 is off."""
+        """Prepare an informer filling ``store`` (a new one by default); resync 0 is off.
+
+        Backoffs, the resync period and the timeouts of ``wait_for_cache_sync`` and
+        ``stop`` are measured on ``clock``.
+        """
         self.store = store if store is not None else Store()
+        self._clock = clock or RealClock()
         self._stop = threading.Event()
+        # Notified when a reflector has synced and when the informer stops.
+        self._changed = threading.Condition()
         self._handler = handler
         self._resync_period = resync_period
         self._reflectors = [
-            Reflector(lw, self.store, handler, self._stop, min_watch_timeout=min_watch_timeout)
+            Reflector(
+                lw,
+                self.store,
+                handler,
+                self._stop,
+                min_watch_timeout=min_watch_timeout,
+                clock=self._clock,
+                on_synced=self._notify,
+            )
             for lw in list_watchers
         ]
-        self._threads: list[threading.Thread] = []
+        self._threads = ThreadGroup(self._clock)
 
     def run(self) -> None:
         """Start the reflector threads (and the resync thread); returns at once."""
         for reflector in self._reflectors:
             scope = reflector.namespace or "all-namespaces"
-            self._start(reflector.run, f"reflector-{scope}")
+            self._threads.start(reflector.run, f"reflector-{scope}")
         if self._resync_period > 0:
-            self._start(self._resync_loop, "resync")
-
-    def _start(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+            self._threads.start(self._resync_loop, "resync")
 
     def has_synced(self) -> bool:
         """True once every reflector has delivered its first list."""
         return all(r.has_synced() for r in self._reflectors)
 
     def wait_for_cache_sync(self, timeout: float) -> bool:
-        """Block until ``has_synced`` or ``timeout`` seconds; returns ``has_synced()``."""
-        deadline = time.monotonic() + timeout
-        while not self.has_synced() and time.monotonic() < deadline:
-            if self._stop.wait(0.05):
-                break
+        """Block until ``has_synced``, ``stop`` or ``timeout`` seconds; returns ``has_synced()``."""
+        deadline = self._clock.now() + timeout
+        with self._changed:
+            while (
+                not self.has_synced() and not self._stop.is_set() and self._clock.now() < deadline
+            ):
+                self._clock.wait_until(self._changed, deadline)
         return self.has_synced()
 
     def alive(self) -> bool:
         """True while every informer thread is running (for /healthz)."""
-        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+        return self._threads.started() > 0 and self._threads.alive()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every thread and wait up to ``timeout`` seconds for them."""
         self._stop.set()
+        self._notify()
         for reflector in self._reflectors:
             reflector.shut_down()
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads.join_until(self._clock.now() + timeout)
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def _resync_loop(self) -> None:
-        while not self._stop.wait(self._resync_period):
+        while not self._clock.wait_event(self._stop, self._clock.now() + self._resync_period):
             for obj in self.store.objects():
                 self._handler.on_update(obj, obj)

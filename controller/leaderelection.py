@@ -9,7 +9,8 @@ over at once instead of waiting ``lease_duration``.
 
 Expiry is judged like client-go: from the local time at which this process last saw the
 Lease record *change*, never from the timestamps in it, so clock skew between replicas
-does not matter.
+does not matter. Local times, waits and the timestamps written into the Lease all come
+from the elector's ``Clock`` (``now()`` and ``wall()``).
 
 Like client-go, this gives no fencing: two processes can briefly both believe they lead
 (the old leader until it notices, the new one after ``lease_duration``). Callers must stop
@@ -27,12 +28,13 @@ import dataclasses
 import datetime
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from kubernetes import client
+
+from controller.clock import Clock, RealClock
 
 log = structlog.get_logger(__name__)
 
@@ -75,12 +77,12 @@ class LeaderElector:
         config: LeaderElectionConfig,
         api_client: client.ApiClient,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
-        """Prepare an elector; nothing happens until ``run``."""
+        """Prepare an elector timed by ``clock``; nothing happens until ``run``."""
         self.config = config
         self._api = client.CoordinationV1Api(api_client)
-        self._clock = clock
+        self._clock = clock or RealClock()
         self._observed: tuple[Any, ...] | None = None  # last holder/renew record seen
         self._observed_at = 0.0
         self._leading = threading.Event()
@@ -117,15 +119,16 @@ class LeaderElector:
         while not stop.is_set():
             if self._try_acquire_or_renew():
                 return True
-            stop.wait(self.config.retry_period * (1 + random.random() * 0.2))  # noqa: S311
+            jittered = self.config.retry_period * (1 + random.random() * 0.2)  # noqa: S311
+            self._clock.wait_event(stop, self._clock.now() + jittered)
         return False
 
     def _renew_until_lost(self, stop: threading.Event) -> None:
-        last_renew = self._clock()
-        while not stop.wait(self.config.retry_period):
+        last_renew = self._clock.now()
+        while not self._clock.wait_event(stop, self._clock.now() + self.config.retry_period):
             if self._try_acquire_or_renew():
-                last_renew = self._clock()
-            elif self._clock() - last_renew > self.config.renew_deadline:
+                last_renew = self._clock.now()
+            elif self._clock.now() - last_renew > self.config.renew_deadline:
                 log.error(
                     "Lost the lease",
                     lease=self._lease_ref,
@@ -134,7 +137,7 @@ class LeaderElector:
                 return
 
     def _try_acquire_or_renew(self) -> bool:
-        now = datetime.datetime.now(datetime.UTC)
+        now = self._clock.wall()
         try:
             lease = self._api.read_namespaced_lease(self.config.lease_name, self.config.namespace)
         except client.ApiException as err:
@@ -149,7 +152,7 @@ class LeaderElector:
         self._observe(spec)
         holder = spec.holder_identity or ""
         mine = holder == self.config.identity
-        expired = self._clock() > self._observed_at + (
+        expired = self._clock.now() > self._observed_at + (
             spec.lease_duration_seconds or self.config.lease_duration
         )
         if holder and not mine and not expired:
@@ -197,7 +200,7 @@ class LeaderElector:
         record = (spec.holder_identity, spec.renew_time, spec.lease_transitions)
         if record != self._observed:
             self._observed = record
-            self._observed_at = self._clock()
+            self._observed_at = self._clock.now()
 
     def _release(self) -> None:
         """Clear the holder so a standby can take over at once (client-go ReleaseOnCancel)."""
@@ -207,7 +210,7 @@ class LeaderElector:
                 return
             lease.spec.holder_identity = None
             lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = _micro_time(datetime.datetime.now(datetime.UTC))
+            lease.spec.renew_time = _micro_time(self._clock.wall())
             self._replace(lease)
             log.info("Released the lease", lease=self._lease_ref)
         except (client.ApiException, OSError) as err:

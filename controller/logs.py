@@ -8,6 +8,9 @@ name and a reconcile id) appears on every line logged in that thread, library li
 
 Exceptions are rendered without frame locals, in both formats: locals can hold secrets.
 (structlog's console default, with ``rich`` installed, would print every frame's locals.)
+
+Each line's ``timestamp`` is the ``Clock``'s wall time in UTC, in ISO 8601 with a ``Z``
+(what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes).
 """
 
 from __future__ import annotations
@@ -17,19 +20,34 @@ import sys
 from typing import Literal
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from controller.clock import Clock, RealClock
 
 LogFormat = Literal["json", "console"]
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def configure_logging(log_format: LogFormat = "json", level: str = "info") -> None:
-    """Route structlog and stdlib logging through one stderr handler."""
+def timestamper(clock: Clock) -> Processor:
+    """A processor stamping each event with ``clock.wall()`` as ISO 8601 UTC ("...Z")."""
+
+    def stamp(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        del logger, method_name
+        event_dict["timestamp"] = clock.wall().isoformat().replace("+00:00", "Z")
+        return event_dict
+
+    return stamp
+
+
+def configure_logging(
+    log_format: LogFormat = "json", level: str = "info", *, clock: Clock | None = None
+) -> None:
+    """Route structlog and stdlib logging through one stderr handler; stamp by ``clock``."""
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        timestamper(clock or RealClock()),
         structlog.processors.StackInfoRenderer(),
     ]
     structlog.configure(

@@ -13,6 +13,10 @@ Life of a process:
    workers are done (so a standby never runs an update next to ours); exit 0.
 5. If the Lease is lost, stop reconciling at once (interrupt) and exit 1, as client-go
    controllers do; the Deployment restarts the pod as a standby.
+
+One ``Clock`` (``Manager(clock=...)``, a ``RealClock`` by default) times every part the
+manager builds: informer, work queue and workers, leader election, the metrics server's
+review cache and certificate; reconcilers find it as ``ManagerContext.clock``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import dataclasses
 import http.server
 import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -32,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from controller import heap
 from controller.cache import Object, Store
-from controller.clock import RealClock
+from controller.clock import Clock, RealClock
 from controller.config import Config
 from controller.informer import (
     CustomObjectsListWatcher,
@@ -43,6 +46,7 @@ from controller.informer import (
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.metrics_server import Certificates, Reviewer, SecureMetricsServer
 from controller.reconciler import Reconciler
+from controller.threads import ThreadGroup
 from controller.view import ReadYourWritesView
 from controller.workers import Controller, by_namespace
 
@@ -50,6 +54,7 @@ log = structlog.get_logger(__name__)
 
 CACHE_SYNC_TIMEOUT = 300.0
 CLOSE_TIMEOUT = 5.0  # seconds each closer may take at shutdown (flushing Events)
+RELEASE_TIMEOUT = 10.0  # seconds the elector may take to release the Lease at shutdown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +87,10 @@ class ManagerContext:
     """Each says whether a long-lived thread of the reconciler still runs; ``/healthz``
     fails while any says False (or raises)."""
     leading_since: Callable[[], float | None] = lambda: None
-    """``time.monotonic()`` when this replica took the Lease; None when not leading."""
+    """``clock.now()`` when this replica took the Lease; None when not leading."""
+    clock: Clock = dataclasses.field(default_factory=RealClock)
+    """The manager's clock: what ``leading_since`` is measured on. Share it rather than
+    making another, so that every part of the process reads the same time."""
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
@@ -195,7 +203,7 @@ def _split(address: str) -> tuple[str, int]:
 class Manager:
     """Runs one controller for one resource; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - each knob is documented and defaulted
         self,
         cfg: Config,
         name: str,
@@ -203,9 +211,11 @@ class Manager:
         new_reconciler: ReconcilerFactory,
         *,
         api_client: client.ApiClient | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """Build every part; nothing runs until ``run``."""
+        """Build every part, each timed by ``clock``; nothing runs until ``run``."""
         self.config = cfg
+        self.clock = clock or RealClock()
         self.registry = CollectorRegistry()
         self.api_client = api_client or load_api_client(cfg.kubeconfig)
         instrument(self.api_client, self.registry)
@@ -228,6 +238,7 @@ class Manager:
             self._reconcile_stop,
             ReadYourWritesView(store),
             leading_since=lambda: self._leading_since,
+            clock=self.clock,
         )
         self._closers = context.closers
         self._liveness_checks = context.liveness_checks
@@ -238,13 +249,18 @@ class Manager:
             new_reconciler(context),
             self.registry,
             workers=cfg.workers,
+            clock=self.clock,
             shard=by_namespace,
             max_in_flight_per_shard=cfg.max_concurrent_reconciles_per_namespace or None,
         )
         # The view first: it forgets a deleted object before the delete's key is queued.
         handler = FanOut([context.view, self.controller, *context.handlers])
         self.informer = Informer(
-            list_watchers, handler, store=store, resync_period=cfg.resync_period
+            list_watchers,
+            handler,
+            store=store,
+            resync_period=cfg.resync_period,
+            clock=self.clock,
         )
         self._leader = Gauge(
             "leader_election_master_status",
@@ -258,7 +274,7 @@ class Manager:
         self._started_workers = threading.Event()
         self._lost_lease = False
         self._signal = 0
-        self._threads: list[threading.Thread] = []
+        self._threads = ThreadGroup(self.clock)
 
     def healthy(self) -> bool:
         """Every thread that should run is running, the reconciler's own ones too."""
@@ -266,7 +282,7 @@ class Manager:
         return (
             self.informer.alive()
             and workers_ok
-            and all(t.is_alive() for t in self._threads)
+            and self._threads.alive()
             and all(_passes(check) for check in self._liveness_checks)
         )
 
@@ -316,11 +332,9 @@ class Manager:
             renew_deadline=self.config.renew_deadline,
             retry_period=self.config.retry_period,
         )
-        self._elector = LeaderElector(le, self.api_client)
+        self._elector = LeaderElector(le, self.api_client, clock=self.clock)
         self._election_stop = threading.Event()
-        thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._threads.start(self._elect, "leader-election")
 
     def _elect(self) -> None:
         if self._elector is None:
@@ -328,7 +342,7 @@ class Manager:
         self._elector.run(self._election_stop, self._on_started_leading, self._on_stopped_leading)
 
     def _on_started_leading(self) -> None:
-        self._leading_since = time.monotonic()
+        self._leading_since = self.clock.now()
         self._leader.labels(self.config.leader_election_id).set(1)
         self._start_workers()
 
@@ -358,7 +372,7 @@ class Manager:
             close(CLOSE_TIMEOUT)
         if self._elector is not None:  # release the Lease only now that no work runs
             self._election_stop.set()
-            self._threads[0].join(10)
+            self._threads.join_until(self.clock.now() + RELEASE_TIMEOUT)
         self.informer.stop()
         for server in self._servers:
             server.shutdown()
@@ -374,8 +388,8 @@ class Manager:
             secure = SecureMetricsServer(
                 (metrics_host, metrics_port),
                 self.registry,
-                Reviewer(self.api_client, RealClock()),
-                Certificates(Path(cert_dir) if cert_dir else None),
+                Reviewer(self.api_client, self.clock),
+                Certificates(Path(cert_dir) if cert_dir else None, clock=self.clock),
             )
             threading.Thread(target=secure.serve_forever, name="metrics", daemon=True).start()
             self._servers.append(secure)

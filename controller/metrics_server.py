@@ -45,7 +45,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from controller.clock import Clock
+from controller.clock import Clock, RealClock
 
 log = structlog.get_logger(__name__)
 
@@ -118,12 +118,16 @@ class Reviewer:
 class Certificates:
     """The serving certificate: ``cert_dir``'s pair (reloaded when changed), or self-signed."""
 
-    def __init__(self, cert_dir: Path | None) -> None:
-        """Serve ``cert_dir/tls.crt`` with ``tls.key``; None: a self-signed pair."""
+    def __init__(self, cert_dir: Path | None, *, clock: Clock | None = None) -> None:
+        """Serve ``cert_dir/tls.crt`` with ``tls.key``; None: a pair self-signed now (``clock``)."""
         self._files = None if cert_dir is None else (cert_dir / "tls.crt", cert_dir / "tls.key")
         self._stamp: tuple[float, float] | None = None
         self._lock = threading.Lock()
-        self._context = _self_signed_context() if self._files is None else self._load(self._files)
+        self._context = (
+            _self_signed_context(clock or RealClock())
+            if self._files is None
+            else self._load(self._files)
+        )
 
     def context(self) -> ssl.SSLContext:
         """The TLS context for a new connection (the files' newest pair)."""
@@ -159,11 +163,16 @@ def _server_context() -> ssl.SSLContext:
 SELF_SIGNED_NAME = "pulumi-stack-operator-metrics"
 
 
-def write_self_signed(directory: Path, common_name: str = SELF_SIGNED_NAME) -> None:
-    """A new self-signed pair for this host (a year) as ``tls.crt`` and ``tls.key`` (0600)."""
+def write_self_signed(
+    directory: Path, common_name: str = SELF_SIGNED_NAME, *, clock: Clock | None = None
+) -> None:
+    """A new self-signed pair for this host as ``tls.crt`` and ``tls.key`` (0600).
+
+    Valid from five minutes before ``clock.wall()`` (a ``RealClock`` by default) for a year.
+    """
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
+    now = (clock or RealClock()).wall()
     names: list[x509.GeneralName] = [
         x509.DNSName(socket.gethostname()),
         x509.DNSName("localhost"),
@@ -192,12 +201,12 @@ def write_self_signed(directory: Path, common_name: str = SELF_SIGNED_NAME) -> N
         )
 
 
-def _self_signed_context() -> ssl.SSLContext:
+def _self_signed_context(clock: Clock) -> ssl.SSLContext:
     """A context serving a new self-signed certificate (``write_self_signed``)."""
     context = _server_context()
     # load_cert_chain reads files only: a private directory, removed at once.
     with tempfile.TemporaryDirectory(prefix="metrics-tls-") as directory:
-        write_self_signed(Path(directory))
+        write_self_signed(Path(directory), clock=clock)
         context.load_cert_chain(Path(directory) / "tls.crt", Path(directory) / "tls.key")
     return context
 

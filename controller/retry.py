@@ -18,6 +18,9 @@ Two exceptions to "5xx is transient, 4xx is not":
   5xx it classifies, and callers that see failures without classifying them (a watch) may
   report them with ``REACHABILITY.observe``.
 
+Backoffs are waited, and the retry budget and the outage window measured, on a ``Clock``
+(``RealClock`` unless one is passed).
+
 This is only for hiccups inside one call. Longer outages are the caller's business: the
 work queue requeues a failed reconcile with the key's own backoff, and a writer that must
 not lose a write (the operator's status writer) keeps retrying it until it lands.
@@ -26,7 +29,7 @@ not lose a write (the operator's status writer) keeps retrying it until it lands
 from __future__ import annotations
 
 import threading
-import time
+import weakref
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -37,11 +40,13 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
     stop_when_event_set,
     wait_exponential_jitter,
 )
+from tenacity.stop import stop_base
 from urllib3.exceptions import HTTPError
+
+from controller.clock import Clock, RealClock
 
 log = structlog.get_logger(__name__)
 
@@ -86,14 +91,10 @@ def _unreachable(exc: BaseException) -> bool:
 class Reachability:
     """When this process last failed to reach the API server (connection error or 5xx)."""
 
-    def __init__(
-        self,
-        window: float = UNREACHABLE_WINDOW,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """Remember failures for ``window`` seconds of ``monotonic`` time."""
+    def __init__(self, window: float = UNREACHABLE_WINDOW, clock: Clock | None = None) -> None:
+        """Remember failures for ``window`` seconds of ``clock`` time."""
         self._window = window
-        self._monotonic = monotonic
+        self._clock = clock or RealClock()
         self._lock = threading.Lock()
         self._last: float | None = None
 
@@ -101,13 +102,13 @@ class Reachability:
         """Record ``exc`` if it says the apiserver was unreachable; ignore anything else."""
         if _unreachable(exc):
             with self._lock:
-                self._last = self._monotonic()
+                self._last = self._clock.now()
 
     def recently_unreachable(self) -> bool:
         """True within ``window`` seconds of the last recorded failure."""
         with self._lock:
             last = self._last
-        return last is not None and self._monotonic() - last <= self._window
+        return last is not None and self._clock.now() - last <= self._window
 
     def forget(self) -> None:
         """Drop the memory (tests start from a reachable apiserver)."""
@@ -159,6 +160,29 @@ class _Wait:
         return server if server is not None else float(self._backoff(state))
 
 
+class _StopAfterDelay(stop_base):
+    """tenacity's ``stop_after_delay``, measured on a ``Clock`` instead of ``time.monotonic``.
+
+    True once ``max_delay`` seconds have passed since the call's first attempt began, as
+    recorded by ``begin`` (the policy's ``before`` hook); a call whose start was not
+    recorded counts from its first failure.
+    """
+
+    def __init__(self, clock: Clock, max_delay: float) -> None:
+        self._clock = clock
+        self._max_delay = max_delay
+        self._starts: weakref.WeakKeyDictionary[RetryCallState, float] = weakref.WeakKeyDictionary()
+
+    def begin(self, state: RetryCallState) -> None:
+        """Record when ``state``'s call began (called before every attempt; keeps the first)."""
+        self._starts.setdefault(state, self._clock.now())
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        """True once the call's budget is spent."""
+        now = self._clock.now()
+        return now - self._starts.setdefault(retry_state, now) >= self._max_delay
+
+
 def _log_retry(state: RetryCallState) -> None:
     """Info for a call's first retry and for retries at least RETRY_LOG_INTERVAL apart.
 
@@ -181,25 +205,30 @@ def retrying(
     max_attempts: int = MAX_ATTEMPTS,
     max_delay: float = MAX_DELAY,
     interrupt: threading.Event | None = None,
+    clock: Clock | None = None,
 ) -> Retrying:
     """The retry policy; the defaults suit calls made while reconciling.
 
     With ``interrupt``, setting that event cuts a backoff short and ends the retries
-    (the last error is raised).
+    (the last error is raised). Backoffs are waited, and ``max_delay`` measured, on
+    ``clock``.
     """
-    stop = stop_after_attempt(max_attempts) | stop_after_delay(max_delay)
-    sleep: Callable[[float], None] = time.sleep
+    clock = clock or RealClock()
+    budget = _StopAfterDelay(clock, max_delay)
+    stop = stop_after_attempt(max_attempts) | budget
     if interrupt is not None:
         stop |= stop_when_event_set(interrupt)
+    wake = interrupt or threading.Event()  # without an interrupt: never set
 
-        def sleep(seconds: float) -> None:
-            interrupt.wait(seconds)
+    def sleep(seconds: float) -> None:
+        clock.wait_event(wake, clock.now() + seconds)
 
     return Retrying(
         sleep=sleep,
         retry=retry_if_exception(is_transient),
         wait=_Wait(),
         stop=stop,
+        before=budget.begin,
         before_sleep=_log_retry,
         reraise=True,
     )

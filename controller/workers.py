@@ -24,13 +24,13 @@ the reconciles running at once per namespace (``shard=by_namespace``,
 exception. Once shutting down (or interrupted) a worker starts no new reconcile: keys
 the queue still hands out, such as one re-queued by ``done`` because it changed while
 being processed, are left for the next process. Metrics follow controller-runtime's
-names (``controller_runtime_*``).
+names (``controller_runtime_*``). Reconcile durations, the queue's delays and the
+deadlines of ``shut_down`` are all measured on the controller's ``Clock``.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Hashable
 
@@ -48,6 +48,7 @@ from controller.ratelimit import (
 )
 from controller.reconciler import Reconciler, Result, TerminalError, TransientError
 from controller.retry import is_transient
+from controller.threads import ThreadGroup
 from controller.workqueue import WorkQueue, WorkQueueMetrics
 
 log = structlog.get_logger(__name__)
@@ -171,7 +172,7 @@ class Controller:
             family.labels(name)
         m.max_concurrent.labels(name).set(workers)
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._threads = ThreadGroup(self._clock)
 
     # -- event handlers: cheap, they only enqueue ---------------------------------
 
@@ -195,15 +196,11 @@ class Controller:
         """Start the worker threads; returns at once."""
         log.info("Starting workers", controller=self.name, count=self._workers)
         for index in range(self._workers):
-            thread = threading.Thread(
-                target=self.run_worker, name=f"{self.name}-worker-{index}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._threads.start(self.run_worker, f"{self.name}-worker-{index}")
 
     def alive(self) -> bool:
         """True while every started worker thread runs (for /healthz)."""
-        return all(t.is_alive() for t in self._threads)
+        return self._threads.alive()
 
     def interrupt(self) -> None:
         """Ask running reconciles to return soon (their stop event is set)."""
@@ -215,20 +212,19 @@ class Controller:
         After the deadline the running reconciles are interrupted (their stop event is
         set) and get up to ``interrupt_timeout`` more seconds to return, so that what they
         report is written before the caller closes its writers or releases its Lease.
-        Returns True when every worker finished within the deadline.
+        Returns True when every worker finished within the deadline. Both timeouts are
+        seconds of the controller's clock.
         """
-        drainer = threading.Thread(target=self.queue.shut_down_with_drain, daemon=True)
-        drainer.start()
-        drainer.join(deadline)
-        drained = not drainer.is_alive()
+        drainer = ThreadGroup(self._clock)
+        drainer.start(self.queue.shut_down_with_drain, f"{self.name}-drain")
+        drained = drainer.join_until(self._clock.now() + deadline)
         if not drained:
             log.warning("Drain deadline passed; interrupting reconciles", controller=self.name)
             self.interrupt()
             self.queue.shut_down()
-        give_up = time.monotonic() + (max(deadline, 1.0) if drained else interrupt_timeout)
-        for thread in self._threads:
-            thread.join(max(give_up - time.monotonic(), 0.0))
-        if not drained and any(t.is_alive() for t in self._threads):
+        grace = max(deadline, 1.0) if drained else interrupt_timeout
+        returned = self._threads.join_until(self._clock.now() + grace)
+        if not drained and not returned:
             log.error("Interrupted reconciles did not return", controller=self.name)
         return drained
 
@@ -247,7 +243,7 @@ class Controller:
             return False
         active = self._metrics.active_workers.labels(self.name)
         active.inc()
-        started = time.monotonic()
+        started = self._clock.now()
         try:
             with structlog.contextvars.bound_contextvars(
                 controller=self.name,
@@ -257,7 +253,7 @@ class Controller:
             ):
                 self._handle(key)
         finally:
-            self._metrics.time.labels(self.name).observe(time.monotonic() - started)
+            self._metrics.time.labels(self.name).observe(self._clock.now() - started)
             active.dec()
             self.queue.done(key)
         return True

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import prometheus_client
 
 from controller import heap
+from controller.clock import RealClock
 from controller.logs import configure_logging
 from controller.manager import Manager, run
 from pulumi_stack_operator.config import parse_config
@@ -17,6 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags (exit 2 on bad input), configure logging, run the operator.
 
     ``agent`` as the first argument runs a run pod's agent instead (no other arguments).
+    The operator reads time on one clock: logs, the manager and (through its context)
+    every part the wiring makes.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["agent"]:
@@ -26,14 +29,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return agent.main(args[1:])
     heap.limit_arenas()  # before any thread starts
     cfg = parse_config(args)
-    configure_logging(cfg.manager.log_format, cfg.manager.log_level)
+    clock = RealClock()
+    configure_logging(cfg.manager.log_format, cfg.manager.log_level, clock=clock)
     # No *_created series: they double the exposition, client-go's metrics have none, and
     # dashboards built for controller-runtime do not expect them.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     # Imported after logging is configured, so that what the imports log is formatted.
     from pulumi_stack_operator.wiring import STACKS, stack_reconciler_factory  # noqa: PLC0415
 
-    return run(Manager(cfg.manager, "stacks", STACKS, stack_reconciler_factory(cfg)))
+    return run(Manager(cfg.manager, "stacks", STACKS, stack_reconciler_factory(cfg), clock=clock))
 
 
 if __name__ == "__main__":

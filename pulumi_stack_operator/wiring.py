@@ -157,7 +157,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
     def active() -> bool:
         return not cfg.manager.leader_elect or context.leading_since() is not None
 
-    acknowledger = Acknowledger(writer, context.view, active=active)
+    acknowledger = Acknowledger(writer, context.view, active=active, clock=context.clock)
     interrupts = RunInterrupts()
     context.handlers.extend((acknowledger, interrupts))
     context.closers.extend((acknowledger.close, writer.close, recorder.close))

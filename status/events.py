@@ -48,7 +48,6 @@ import datetime
 import random
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -220,7 +219,9 @@ class EventRecorder:
 
     def _name_for(self, ref: ObjectRef) -> str:
         """A new Event name, ``<object>.<hex ns>`` like client-go; unique in this process."""
-        suffix = max(time.time_ns(), self._last_suffix + 1)
+        wall = self._clock.wall()
+        nanos = int(wall.timestamp()) * 1_000_000_000 + wall.microsecond * 1000
+        suffix = max(nanos, self._last_suffix + 1)
         self._last_suffix = suffix
         tail = f".{suffix:x}"
         return ref.name[: _MAX_NAME - len(tail)].rstrip(".-") + tail

@@ -433,7 +433,7 @@ class StatusWriter:
 
     def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` with in-call retries, cut short when the writer closes."""
-        policy = retrying(max_delay=self._retry_budget, interrupt=self._closing)
+        policy = retrying(max_delay=self._retry_budget, interrupt=self._closing, clock=self._clock)
         result: T = policy(fn, *args, **kwargs)
         return result
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Callable
 
 import pytest
 
-from controller.clock import Clock, FakeClock, RealClock
+from controller.clock import FAKE_EPOCH, Clock, FakeClock, RealClock
 
 # Real seconds a helper thread may take to react; only ever reached by a failing test.
 JOIN_TIMEOUT = 5.0
@@ -146,3 +147,74 @@ def test_real_wait_until_ends_on_notify() -> None:
         cond.notify_all()
     thread.join(JOIN_TIMEOUT)
     assert not thread.is_alive()
+
+
+def start_event_waiter(
+    clock: Clock, event: threading.Event, deadline: float | None
+) -> tuple[threading.Thread, list[bool]]:
+    """Start a thread in `clock.wait_event(event, deadline)`; its answer lands in the list."""
+    answers: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(clock.wait_event(event, deadline)), daemon=True
+    )
+    thread.start()
+    return thread, answers
+
+
+def test_fake_wait_event_lasts_until_a_step_reaches_the_deadline() -> None:
+    """A fake event wait sleeps through a short step and ends, unset, at the deadline."""
+    clock = FakeClock()
+    thread, answers = start_event_waiter(clock, threading.Event(), deadline=2.0)
+    assert clock.wait_for_waiters(1)
+    clock.step(1.0)
+    assert clock.wait_for_waiters(1), "the waiter should block again before its deadline"
+    assert answers == []
+    clock.step(1.0)
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [False]
+    assert clock.waiters() == 0
+
+
+@pytest.mark.parametrize(
+    "deadline", [pytest.param(3600.0, id="far"), pytest.param(None, id="none")]
+)
+def test_fake_wait_event_ends_when_the_event_is_set(deadline: float | None) -> None:
+    """Setting the event ends a fake wait with True while the fake time stands still."""
+    clock = FakeClock()
+    event = threading.Event()
+    thread, answers = start_event_waiter(clock, event, deadline)
+    assert clock.wait_for_waiters(1)
+    event.set()
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [True]
+    assert clock.now() == 0.0
+    assert clock.waiters() == 0
+
+
+def test_fake_wait_event_returns_at_once_when_set_or_past_the_deadline() -> None:
+    """Nothing to wait for: no waiter is registered."""
+    clock = FakeClock(start=5.0)
+    assert not clock.wait_event(threading.Event(), 5.0)
+    done = threading.Event()
+    done.set()
+    assert clock.wait_event(done, 3600.0)
+    assert clock.waiters() == 0
+
+
+def test_real_wait_event_ends_at_the_deadline_or_when_set() -> None:
+    """The real clock's event wait is Event.wait with the time left as its timeout."""
+    clock = RealClock()
+    assert not clock.wait_event(threading.Event(), clock.now() + 0.001)
+    event = threading.Event()
+    thread, answers = start_event_waiter(clock, event, clock.now() + 3600.0)
+    event.set()
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [True]
+
+
+def test_the_fake_wall_clock_moves_with_the_fake_time() -> None:
+    """wall() is FAKE_EPOCH plus the fake time, so objects and logs get known instants."""
+    clock = FakeClock(start=1.5)
+    assert clock.wall() == FAKE_EPOCH + datetime.timedelta(seconds=1.5)
+    clock.step(60)
+    assert clock.wall() == FAKE_EPOCH + datetime.timedelta(seconds=61.5)

@@ -1,14 +1,19 @@
-"""The reflector lists, watches, relists on 410 and delivers the difference (fake API)."""
+"""The reflector lists, watches, relists on 410 and delivers the difference (fake API).
+
+Backoffs, the resync period and the informer's timeouts run on a FakeClock: each test
+steps it, and would hang (then fail) if the informer waited in real time instead.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from controller.cache import Object, ObjectKey, Store
+from controller.clock import FakeClock
 from controller.informer import (
     Backoff,
     DeletedFinalStateUnknown,
@@ -18,6 +23,9 @@ from controller.informer import (
     VeryShortWatchError,
     WatchEvent,
 )
+
+# Real seconds a background thread may take to react; only ever reached by a failing test.
+JOIN_TIMEOUT = 5.0
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:
@@ -35,7 +43,7 @@ class FakeListWatcher:
         self.exhausted = exhausted or threading.Event()
         self.pages: list[list[Mapping[str, Any]]] = []
         self.current: list[Mapping[str, Any]] = []
-        self.streams: list[list[WatchEvent] | Exception] = []
+        self.streams: list[list[WatchEvent] | Exception | Callable[[], Iterator[WatchEvent]]] = []
         self.watched_from: list[str] = []
 
     def list(self, limit: int, continue_token: str | None) -> Mapping[str, Any]:
@@ -60,7 +68,7 @@ class FakeListWatcher:
         script = self.streams.pop(0)
         if isinstance(script, Exception):
             raise script
-        yield from script
+        yield from script() if callable(script) else script
 
     def stop(self) -> None:
         """Nothing to abort."""
@@ -89,9 +97,9 @@ class Recorder:
             self.calls.append(("delete", obj["metadata"]["name"]))
 
 
-def reflector(lw: FakeListWatcher, handler: Recorder) -> Reflector:
-    """A reflector over a fresh store."""
-    return Reflector(lw, Store(), handler, threading.Event(), clock=lambda: 0.0)
+def reflector(lw: FakeListWatcher, handler: Recorder, clock: FakeClock | None = None) -> Reflector:
+    """A reflector over a fresh store, on a fake clock."""
+    return Reflector(lw, Store(), handler, threading.Event(), clock=clock or FakeClock())
 
 
 def test_list_pages_are_joined_and_delivered_as_adds() -> None:
@@ -144,36 +152,48 @@ def test_run_relists_when_the_watch_expires() -> None:
     lw, handler = FakeListWatcher(), Recorder()
     lw.pages = [[{"items": [obj("a", "1")]}], [{"items": []}]]
     lw.streams = [ExpiredError("too old")]
-    Reflector(lw, Store(), handler, lw.exhausted, clock=lambda: 0.0).run()
+    Reflector(lw, Store(), handler, lw.exhausted, clock=FakeClock()).run()
     assert handler.calls == [("add", "a"), ("delete-unknown", "a")]
     assert lw.pages == []  # both lists were made
 
 
-class RecordingStop(threading.Event):
-    """A stop event whose waits return at once and are recorded."""
-
-    def __init__(self) -> None:
-        """Start unset with no waits."""
-        super().__init__()
-        self.waits: list[float] = []
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Record the timeout instead of sleeping."""
-        self.waits.append(timeout or 0.0)
-        return self.is_set()
+def start(target: Callable[[], object]) -> threading.Thread:
+    """Run ``target`` in a daemon thread."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
 
 
 def test_run_backs_off_and_rewatches_without_relisting_on_other_errors() -> None:
-    """A connection error is retried from the last RV after a backoff; no second list."""
-    stop = RecordingStop()
+    """A connection error is retried from the last RV after a 0.8-1.6 s backoff; no relist."""
+    clock, stop = FakeClock(), threading.Event()
     lw, handler = FakeListWatcher(stop), Recorder()
     lw.pages = [[{"items": []}]]
     lw.streams = [ConnectionRefusedError("down"), [{"type": "ADDED", "object": obj("a", "7")}]]
-    Reflector(lw, Store(), handler, stop, clock=lambda: 0.0).run()
+    runner = start(Reflector(lw, Store(), handler, stop, clock=clock).run)
+    assert clock.wait_for_waiters(1), "the reflector should back off on the clock"
+    clock.step(0.79)
+    assert clock.wait_for_waiters(1), "0.79 s is shorter than any backoff"
+    assert lw.watched_from == ["100"]
+    clock.step(1.6 - 0.79)
+    runner.join(JOIN_TIMEOUT)
+    assert not runner.is_alive()
     assert handler.calls == [("add", "a")]
     assert lw.watched_from == ["100", "100", "7"]
-    assert len(stop.waits) == 1
-    assert 0.8 <= stop.waits[0] <= 1.6
+
+
+def test_a_set_stop_ends_the_backoff_at_once() -> None:
+    """Stopping during a backoff returns without waiting for the clock."""
+    clock, stop = FakeClock(), threading.Event()
+    lw = FakeListWatcher(stop)
+    lw.pages = [[{"items": []}]]
+    lw.streams = [ConnectionRefusedError("down")]
+    runner = start(Reflector(lw, Store(), Recorder(), stop, clock=clock).run)
+    assert clock.wait_for_waiters(1)
+    stop.set()
+    runner.join(JOIN_TIMEOUT)
+    assert not runner.is_alive()
+    assert lw.watched_from == ["100"]
 
 
 def test_an_empty_watch_that_ends_at_once_is_an_error() -> None:
@@ -185,6 +205,23 @@ def test_an_empty_watch_that_ends_at_once_is_an_error() -> None:
     r.list_and_replace()
     with pytest.raises(VeryShortWatchError):
         r.watch_once()
+
+
+def test_an_empty_watch_that_lasted_a_second_of_the_clock_is_not_an_error() -> None:
+    """The watch's length is read on the reflector's clock, not in real time."""
+    clock = FakeClock()
+    lw, handler = FakeListWatcher(), Recorder()
+    lw.pages = [[{"items": []}]]
+
+    def quiet_second() -> Iterator[WatchEvent]:
+        clock.step(1.0)
+        yield from ()
+
+    lw.streams = [quiet_second]
+    r = reflector(lw, handler, clock)
+    r.list_and_replace()
+    r.watch_once()
+    assert handler.calls == []
 
 
 @pytest.mark.parametrize(
@@ -212,19 +249,99 @@ def test_backoff_resets_after_two_quiet_minutes() -> None:
     assert backoff.next_delay(121.0) <= 1.6
 
 
-def test_resync_replays_the_cache_without_api_calls() -> None:
-    """With a resync period, cached objects come back as on_update(obj, obj)."""
+def test_resync_replays_the_cache_every_period_of_the_clock_without_api_calls() -> None:
+    """With a resync period, cached objects come back as on_update(obj, obj), per period."""
+    clock = FakeClock()
     lw, handler = FakeListWatcher(), Recorder()
-    informer = Informer([lw], handler, resync_period=0.01)
+    informer = Informer([lw], handler, resync_period=30.0, clock=clock)
     informer.store.upsert(obj("a", "1"))
-    seen = threading.Event()
-    handler.on_update = lambda old, new: seen.set() if old is new else None  # type: ignore[method-assign]
-    thread = threading.Thread(target=informer._resync_loop)  # noqa: SLF001 - resync only
-    thread.start()
+    thread = start(informer._resync_loop)  # noqa: SLF001 - resync only
     try:
-        assert seen.wait(5)
+        assert clock.wait_for_waiters(1)
+        clock.step(29.0)
+        assert clock.wait_for_waiters(1)
+        assert handler.calls == []
+        clock.step(1.0)
+        assert clock.wait_for_waiters(1)
+        assert handler.calls == [("resync", "a")]
     finally:
-        informer._stop.set()  # noqa: SLF001
-        thread.join(5)
+        informer.stop()
+        thread.join(JOIN_TIMEOUT)
+    assert not thread.is_alive()
     assert lw.pages == []  # no list was made
     assert informer.store.keys() == [ObjectKey("ns", "a")]
+
+
+class BlockingListWatcher(FakeListWatcher):
+    """Lists nothing until ``release`` is set; its watch then ends at once, every time."""
+
+    def __init__(self) -> None:
+        """Nothing released."""
+        super().__init__()
+        self.release = threading.Event()
+
+    def list(self, limit: int, continue_token: str | None) -> Mapping[str, Any]:
+        """Block until released, then one empty page."""
+        del limit, continue_token
+        assert self.release.wait(JOIN_TIMEOUT)
+        return {"items": [], "metadata": {"resourceVersion": "100"}}
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Block until released; then nothing."""
+        del resource_version, timeout_seconds
+        self.release.wait()
+        yield from ()
+
+
+def test_wait_for_cache_sync_times_out_on_the_clock() -> None:
+    """An unsynced informer gives up when the clock, not the wall, reaches the timeout."""
+    clock, lw = FakeClock(), BlockingListWatcher()
+    informer = Informer([lw], Recorder(), clock=clock)
+    answers: list[bool] = []
+    waiter = start(lambda: answers.append(informer.wait_for_cache_sync(300.0)))
+    try:
+        assert clock.wait_for_waiters(1)
+        clock.step(299.0)
+        assert clock.wait_for_waiters(1)
+        assert answers == []
+        clock.step(1.0)
+        waiter.join(JOIN_TIMEOUT)
+        assert answers == [False]
+    finally:
+        lw.release.set()
+
+
+def test_wait_for_cache_sync_returns_when_the_list_arrives() -> None:
+    """A sync wakes the waiter at once; the fake time never moves."""
+    clock, lw = FakeClock(), BlockingListWatcher()
+    informer = Informer([lw], Recorder(), clock=clock)
+    answers: list[bool] = []
+    waiter = start(lambda: answers.append(informer.wait_for_cache_sync(300.0)))
+    informer.run()
+    try:
+        assert clock.wait_for_waiters(1)
+        lw.release.set()
+        waiter.join(JOIN_TIMEOUT)
+        assert answers == [True]
+        assert clock.now() == 0.0
+    finally:
+        lw.release.set()
+        informer.stop()  # the reflector's backoff ends as soon as the stop is set
+    assert not informer.alive()
+
+
+def test_stop_waits_for_its_threads_until_the_clock_reaches_the_timeout() -> None:
+    """A reflector stuck in a watch holds ``stop`` only for ``timeout`` seconds of the clock."""
+    clock, lw = FakeClock(), BlockingListWatcher()
+    informer = Informer([lw], Recorder(), clock=clock)
+    informer.run()
+    stopper = start(lambda: informer.stop(timeout=10.0))
+    try:
+        assert clock.wait_for_waiters(1)
+        assert informer.alive()
+        clock.step(10.0)
+        stopper.join(JOIN_TIMEOUT)
+        assert not stopper.is_alive()
+        assert informer.alive(), "the stuck reflector is given up on, not killed"
+    finally:
+        lw.release.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import traceback
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 import structlog
 from structlog.typing import ExcInfo
 
+from controller.clock import FakeClock
 from controller.logs import LogFormat, configure_logging
 
 SENTINEL = "sentinel-2f6c1e9a-do-not-log"
@@ -100,3 +102,18 @@ def test_a_logged_exception_does_not_show_frame_locals(
     assert "fail_with_a_secret_local" in err
     assert "boom (" in err
     assert SENTINEL not in err
+
+
+@pytest.mark.usefixtures("restore_logging")
+@pytest.mark.parametrize("source", ["structlog", "logging"])
+def test_each_line_is_stamped_with_the_clocks_wall_time(
+    source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The timestamp is ``clock.wall()`` in ISO 8601 UTC with a Z, for library lines too."""
+    configure_logging("json", "info", clock=FakeClock(start=1.5))
+    if source == "structlog":
+        structlog.get_logger("test").info("Reconciled")
+    else:
+        logging.getLogger("some.library").info("Connected")
+    [line] = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["timestamp"] == "2026-01-01T00:00:01.500000Z"

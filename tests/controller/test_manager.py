@@ -16,6 +16,7 @@ from kubernetes import client
 
 from controller.config import parse_config
 from controller.manager import Manager, ManagerContext, Resource
+from testbed import waits
 from testbed.control_plane import ControlPlane
 from testbed.operator import Operator
 from testbed.process import free_port
@@ -42,13 +43,15 @@ def widget_operator(
     return operator
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
-    """Poll a zero-argument callable until it is truthy."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
+TIMEOUT = 60.0  # seconds a process may take to get where a test waits for it
+POLL = 0.2  # seconds between looks at a process
+
+
+def wait_for(
+    condition: Callable[[], object], timeout: float = TIMEOUT, what: str = "condition"
+) -> None:
+    """``testbed.waits.wait_for`` with this module's timeout, polling a little faster."""
+    waits.wait_for(condition, what, timeout, interval=POLL)
 
 
 @pytest.fixture

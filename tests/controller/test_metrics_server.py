@@ -9,6 +9,7 @@ and a certificate rotated on disk.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 import ssl
@@ -22,7 +23,7 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
 
-from controller.clock import FakeClock, RealClock
+from controller.clock import FAKE_EPOCH, FakeClock, RealClock
 from controller.metrics_server import (
     CACHE_TTL,
     SELF_SIGNED_NAME,
@@ -183,3 +184,13 @@ def test_without_a_directory_the_certificate_is_self_signed_for_this_host() -> N
     reviewer = CountingReviewer({}, FakeClock())
     with serving(reviewer, Certificates(None)) as url:
         assert served_name(url) == SELF_SIGNED_NAME
+
+
+def test_a_self_signed_certificate_is_valid_from_the_clocks_wall_time(tmp_path: Path) -> None:
+    """Five minutes before ``clock.wall()`` to a year after: the clock's time, not the host's."""
+    clock = FakeClock(start=30.0)
+    write_self_signed(tmp_path, clock=clock)
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    issued = FAKE_EPOCH + datetime.timedelta(seconds=30)
+    assert cert.not_valid_before_utc == issued - datetime.timedelta(minutes=5)
+    assert cert.not_valid_after_utc == issued + datetime.timedelta(days=365)

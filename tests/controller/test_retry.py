@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import structlog
@@ -14,6 +13,10 @@ from tenacity import RetryCallState
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
 from controller import retry
+from controller.clock import FakeClock
+
+# Real seconds a background thread may take to react; only ever reached by a failing test.
+JOIN_TIMEOUT = 5.0
 
 
 @pytest.fixture(autouse=True)
@@ -32,18 +35,6 @@ def api_error(
     exc = client.ApiException(status=status, reason="test", body=body)
     exc.headers = headers
     return exc
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        """Start at 1000 s."""
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        """The current time."""
-        return self.now
 
 
 def refused() -> MaxRetryError:
@@ -104,15 +95,15 @@ def test_is_transient(exc: BaseException, *, transient: bool) -> None:
 )
 def test_auth_errors_just_after_an_outage_are_transient(outage: BaseException, status: int) -> None:
     """A restarting apiserver answers 401/403 before its authorizer loads: retry those."""
-    clock = FakeClock()
-    reachability = retry.Reachability(window=30.0, monotonic=clock)
+    clock = FakeClock(start=1000.0)
+    reachability = retry.Reachability(window=30.0, clock=clock)
     assert not retry.is_transient(api_error(status), reachability)
     assert retry.is_transient(outage, reachability)
-    clock.now += 0.1
+    clock.step(0.1)
     assert retry.is_transient(api_error(status), reachability)
-    clock.now += 29.8
+    clock.step(29.8)
     assert retry.is_transient(api_error(status), reachability)
-    clock.now += 0.2  # the window is measured from the connection error, not extended by 403s
+    clock.step(0.2)  # the window is measured from the connection error, not extended by 403s
     assert not retry.is_transient(api_error(status), reachability)
 
 
@@ -126,7 +117,7 @@ def test_auth_errors_just_after_an_outage_are_transient(outage: BaseException, s
 )
 def test_answers_that_are_not_outages_leave_auth_errors_final(answer: BaseException) -> None:
     """Throttling, a 404 or a too-large write mean the apiserver is up: 403 stays final."""
-    reachability = retry.Reachability(monotonic=FakeClock())
+    reachability = retry.Reachability(clock=FakeClock())
     retry.is_transient(answer, reachability)
     assert not retry.is_transient(api_error(403), reachability)
 
@@ -163,23 +154,91 @@ def test_request_too_large() -> None:
     assert not retry.request_too_large(ValueError("request is too large"))
 
 
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run ``call`` in a daemon thread; what it returns or raises lands in the list."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as err:  # noqa: BLE001 - handed to the test
+            outcome.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def test_an_interrupt_ends_the_retries_and_cuts_the_backoff_short() -> None:
     """An interrupt during a 30 s Retry-After wait wakes it; the last error is raised."""
-    interrupt = threading.Event()
+    clock, interrupt = FakeClock(), threading.Event()
     calls: list[int] = []
 
     def call() -> None:
         calls.append(1)
         raise api_error(429, {"Retry-After": "30"})
 
-    policy = retry.retrying(max_attempts=100, max_delay=300, interrupt=interrupt)
-    policy.before_sleep = lambda _state: interrupt.set()  # closing just as the wait starts
-    started = time.monotonic()
-    with pytest.raises(client.ApiException) as raised:
-        policy(call)
-    assert time.monotonic() - started < 10
-    assert raised.value.status == 429
+    policy = retry.retrying(max_attempts=100, max_delay=300, interrupt=interrupt, clock=clock)
+    thread, outcome = in_thread(lambda: policy(call))
+    assert clock.wait_for_waiters(1), "the backoff should wait on the clock"
+    interrupt.set()  # closing during the wait
+    thread.join(JOIN_TIMEOUT)
+    [raised] = outcome
+    assert isinstance(raised, client.ApiException)
+    assert raised.status == 429
     assert len(calls) == 2  # the wait was cut short, then the stop condition held
+    assert clock.now() == 0.0
+
+
+def test_the_backoff_is_waited_on_the_clock() -> None:
+    """A 30 s Retry-After ends when the clock has moved 30 s, not before."""
+    clock = FakeClock()
+    outcomes: list[BaseException | str] = [api_error(429, {"Retry-After": "30"}), "ok"]
+
+    def call() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    thread, result = in_thread(lambda: retry.retrying(clock=clock)(call))
+    assert clock.wait_for_waiters(1)
+    clock.step(29.9)
+    assert clock.wait_for_waiters(1), "29.9 s is short of the Retry-After"
+    assert len(outcomes) == 1
+    clock.step(0.1)
+    thread.join(JOIN_TIMEOUT)
+    assert result == ["ok"]
+
+
+def test_the_retry_budget_is_measured_on_the_clock() -> None:
+    """A call that took max_delay seconds of the clock is not retried, however fast it was."""
+    clock = FakeClock()
+    calls: list[int] = []
+
+    def slow_call() -> None:
+        calls.append(1)
+        clock.step(retry.MAX_DELAY)
+        raise api_error(503)
+
+    policy = retry.retrying(max_attempts=100, clock=clock)
+    policy.sleep = lambda _seconds: None
+    with pytest.raises(client.ApiException):
+        policy(slow_call)
+    assert calls == [1]
+
+    clock.step(3600.0)  # the next call gets a budget of its own
+    calls.clear()
+    steps = iter([10.0, 10.0, 10.0])
+
+    def call() -> None:
+        calls.append(1)
+        clock.step(next(steps))
+        raise api_error(503)
+
+    with pytest.raises(client.ApiException):
+        policy(call)
+    assert len(calls) == 3  # 10 s, 20 s, then 30 s: spent
 
 
 def test_retries_until_success() -> None:

@@ -1,4 +1,8 @@
-"""process_next_work_item turns each reconcile outcome into the right queue action."""
+"""process_next_work_item turns each reconcile outcome into the right queue action.
+
+The controller runs on a FakeClock: the queue's delays, the reconcile durations and the
+deadlines of ``shut_down`` move only when a test steps it.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,11 @@ from controller.cache import ObjectKey
 from controller.clock import FakeClock
 from controller.reconciler import Result, TerminalError, TransientError
 from controller.workers import Controller, by_namespace
+from testbed.waits import wait_for
+
+# Real seconds a background thread may take to react; only ever reached by a failing test.
+JOIN_TIMEOUT = 5.0
+POLL = 0.01  # real seconds between looks at a worker thread's progress
 
 KEY = ObjectKey("ns", "stack")
 Behaviour = Callable[[ObjectKey, threading.Event], Result]
@@ -164,14 +173,30 @@ def test_terminal_error_is_not_retried(
     )
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``condition`` (real time, for worker threads) until true or fail."""
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return
-        done.wait(0.01)
-    pytest.fail("condition never became true")
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` (a worker thread's progress) until true; fail after 5 real seconds."""
+    wait_for(condition, what, JOIN_TIMEOUT, interval=POLL)
+
+
+def test_the_reconcile_time_is_measured_on_the_clock(
+    controller: Controller,
+    reconciler: ScriptedReconciler,
+    registry: CollectorRegistry,
+    clock: FakeClock,
+) -> None:
+    """controller_runtime_reconcile_time_seconds observes the clock's time, not the wall's."""
+
+    def slow(_key: ObjectKey, _stop: threading.Event) -> Result:
+        clock.step(42.0)
+        return Result()
+
+    reconciler.script = [slow]
+    controller.queue.add(KEY)
+    assert controller.process_next_work_item()
+    labels = {"controller": "stacks"}
+    family = "controller_runtime_reconcile_time_seconds"
+    assert registry.get_sample_value(f"{family}_sum", labels) == 42
+    assert registry.get_sample_value(f"{family}_bucket", {**labels, "le": "30.0"}) == 0
 
 
 def test_unexpected_exception_keeps_the_worker_alive_and_retries(
@@ -184,38 +209,72 @@ def test_unexpected_exception_keeps_the_worker_alive_and_retries(
     reconciler.script = [raises(RuntimeError("bug")), returns(Result())]
     controller.run()
     controller.queue.add(KEY)
-    wait_until(lambda: controller.queue.num_requeues(KEY) == 1)
+    wait_until(lambda: controller.queue.num_requeues(KEY) == 1, "the failure's requeue")
     step(clock, 0.005)
-    wait_until(lambda: total(registry, "success") == 1)
+    wait_until(lambda: total(registry, "success") == 1, "the retry's success")
     assert reconciler.calls == [KEY, KEY]
     assert controller.alive()
     labels = {"controller": "stacks"}
     assert registry.get_sample_value("controller_runtime_reconcile_panics_total", labels) == 1
 
 
+def shut_down_in_thread(
+    controller: Controller, deadline: float, interrupt_timeout: float
+) -> tuple[threading.Thread, list[bool]]:
+    """Call ``controller.shut_down`` in a thread; its answer lands in the list."""
+    answers: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(controller.shut_down(deadline, interrupt_timeout)),
+        daemon=True,
+    )
+    thread.start()
+    return thread, answers
+
+
+def interrupt_after_the_drain_deadline(clock: FakeClock, deadline: float) -> None:
+    """Step past a running ``shut_down``'s drain deadline; return once only its join waits.
+
+    The drain thread ends when it is abandoned; until then it may still count as a waiter.
+    """
+    assert clock.wait_for_waiters(2), "the drain and shut_down should wait on the clock"
+    clock.step(deadline)
+    wait_until(
+        lambda: not any(t.name == "stacks-drain" for t in threading.enumerate()),
+        "the abandoned drain to end",
+    )
+    assert clock.wait_for_waiters(1), "shut_down should wait for the reconcile on the clock"
+
+
 def test_shut_down_waits_for_running_reconciles_then_interrupts(
-    controller: Controller, reconciler: ScriptedReconciler
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
 ) -> None:
-    """A reconcile that ignores nothing finishes; one that outlives the deadline sees stop."""
+    """A reconcile that outlives the deadline (of the clock) sees stop, then returns."""
     started, seen_stop = threading.Event(), threading.Event()
 
     def slow(_key: ObjectKey, stop: threading.Event) -> Result:
         started.set()
-        if stop.wait(30):
+        if stop.wait(JOIN_TIMEOUT):
             seen_stop.set()
         return Result()
 
     reconciler.script = [slow]
     controller.run()
     controller.queue.add(KEY)
-    assert started.wait(5)
-    assert not controller.shut_down(deadline=0.2)
+    assert started.wait(JOIN_TIMEOUT)
+    thread, answers = shut_down_in_thread(controller, deadline=600, interrupt_timeout=600)
+    assert clock.wait_for_waiters(2), "the drain and shut_down should wait on the clock"
+    clock.step(599)
+    assert clock.wait_for_waiters(2)
+    assert not seen_stop.is_set()
+    clock.step(1)
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [False]
     assert seen_stop.is_set()
     assert not controller.alive()
 
 
 def test_a_key_changed_while_processing_is_not_reconciled_again_once_shutting_down(
-    controller: Controller, reconciler: ScriptedReconciler
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
 ) -> None:
     """``done`` re-queues a key that changed meanwhile; after shutdown no worker takes it."""
     started, release = threading.Event(), threading.Event()
@@ -228,41 +287,79 @@ def test_a_key_changed_while_processing_is_not_reconciled_again_once_shutting_do
     reconciler.script = [held, returns(Result())]
     controller.run()
     controller.queue.add(KEY)
-    assert started.wait(5)
+    assert started.wait(JOIN_TIMEOUT)
     controller.queue.add(KEY)  # changed while being processed: done() queues it again
-    threading.Timer(0.2, release.set).start()
+    thread, answers = shut_down_in_thread(controller, deadline=30, interrupt_timeout=30)
+    assert clock.wait_for_waiters(2), "shut_down should be draining"
+    release.set()
 
-    assert controller.shut_down(deadline=30)
-
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [True]
+    assert clock.now() == 0.0
     assert reconciler.calls == [KEY]
     assert not controller.alive()
 
 
 def test_interrupted_reconciles_get_the_interrupt_timeout_to_return(
-    controller: Controller, reconciler: ScriptedReconciler
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
 ) -> None:
     """Past the deadline the reconcile is interrupted, and shut_down waits for it to return.
 
     Its outcome is then reported before the caller closes its writers (a slow ``pulumi``
     may take most of its interrupt grace to stop).
     """
-    returned = threading.Event()
+    interrupted, wound_down, returned = threading.Event(), threading.Event(), threading.Event()
 
     def slow_to_stop(_key: ObjectKey, stop: threading.Event) -> Result:
-        assert stop.wait(30)
-        threading.Event().wait(1.5)  # winding down after the interrupt
+        assert stop.wait(JOIN_TIMEOUT)
+        interrupted.set()
+        assert wound_down.wait(JOIN_TIMEOUT)  # winding down after the interrupt
         returned.set()
         return Result()
 
     reconciler.script = [slow_to_stop]
     controller.run()
     controller.queue.add(KEY)
-    wait_until(lambda: len(reconciler.calls) == 1)
+    wait_until(lambda: len(reconciler.calls) == 1, "the reconcile to start")
+    thread, answers = shut_down_in_thread(controller, deadline=1, interrupt_timeout=600)
+    interrupt_after_the_drain_deadline(clock, 1)
+    assert interrupted.wait(JOIN_TIMEOUT)
+    clock.step(599)
+    assert clock.wait_for_waiters(1), "599 s is within the interrupt timeout"
+    assert thread.is_alive()
+    wound_down.set()
 
-    assert not controller.shut_down(deadline=0.1, interrupt_timeout=30)
-
+    thread.join(JOIN_TIMEOUT)
+    assert answers == [False]
     assert returned.is_set()
     assert not controller.alive()
+
+
+def test_shut_down_gives_up_on_a_reconcile_that_ignores_the_interrupt(
+    controller: Controller, reconciler: ScriptedReconciler, clock: FakeClock
+) -> None:
+    """Once the interrupt timeout has passed on the clock, shut_down returns without it."""
+    release = threading.Event()
+
+    def deaf(_key: ObjectKey, _stop: threading.Event) -> Result:
+        assert release.wait(JOIN_TIMEOUT)
+        return Result()
+
+    reconciler.script = [deaf]
+    controller.run()
+    controller.queue.add(KEY)
+    wait_until(lambda: len(reconciler.calls) == 1, "the reconcile to start")
+    thread, answers = shut_down_in_thread(controller, deadline=1, interrupt_timeout=600)
+    try:
+        interrupt_after_the_drain_deadline(clock, 1)
+        with capture_logs() as logs:
+            clock.step(600)
+            thread.join(JOIN_TIMEOUT)
+        assert answers == [False]
+        assert controller.alive(), "the deaf reconcile still runs: given up on, not killed"
+        assert [line["event"] for line in logs] == ["Interrupted reconciles did not return"]
+    finally:
+        release.set()
 
 
 def test_deletes_enqueue_the_key_even_when_found_by_a_relist(controller: Controller) -> None:
