@@ -17,18 +17,18 @@ XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: help
 help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# The distribution's former name: programs must not see it (pyproject.toml says why).
 	$(PY) -m pip uninstall --quiet --yes pulumi-stack-operator 2>/dev/null || true
-	$(PY) -m pip install --quiet --editable '.[test,lint]'
+	$(PY) -m pip install --quiet --editable '.[test,lint,docs]'
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test and lint tools.
+venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test, lint and docs tools.
 
 .PHONY: test-assets
 test-assets: ## Find or build the test binaries, helm and the Kubernetes provider (cached); as root, the node's and image's tools.
@@ -56,13 +56,18 @@ lint: venv ## ruff check, ruff format --check, mypy --strict, hadolint.
 	$(PY) -m mypy
 	$(VENV)/bin/hadolint Dockerfile
 
+.PHONY: docs
+docs: venv ## Build docs/ into build/site/ with MkDocs, strictly (a broken link or a page not in nav fails).
+	@# The variable silences mkdocs-material's banner about its end of life (May 2027).
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 .PHONY: fmt
 fmt: venv ## Format and autofix.
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
 .PHONY: test
-test: venv lint test-assets ## Lint, build what is missing, then run the whole test suite.
+test: venv lint docs test-assets ## Lint, build the docs, build what is missing, then run the whole test suite.
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 .PHONY: test-unit
@@ -97,6 +102,6 @@ deploy: ## Apply the whole operator (CRD, RBAC, Deployment, Service) to the curr
 	$(KUBECTL) apply --server-side -k manifests/default
 
 .PHONY: bench
-bench: venv ## Run the benchmarks and regenerate the README's results table (BENCH_ARGS=...).
+bench: venv ## Run the benchmarks and regenerate docs/benchmarks.md's results table (BENCH_ARGS=...).
 	hack/test-assets
 	$(PY) -m bench $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""``python -m bench`` (``make bench``): run the benchmarks, print one line each, update the README.
+"""``python -m bench`` (``make bench``): run the benchmarks, print one line each, update the docs.
 
 Starts the test bed once, runs the selected benchmarks in a fixed order (first those with
 namespaces of their own: overhead, programs (whose operator also has a work dir of its own,
@@ -9,7 +9,7 @@ own), prints each summary line on stdout as soon as it is known, and progress on
 the end it adds a ``bench=seed`` line (how long creating the fleet took) and a
 ``bench=machine`` line (cores, CPU, Python, date, load averages during the run, duration),
 writes all lines to ``--out``, and, after a full run (every benchmark, full scale), rewrites
-the README's results table through ``bench.readme``. A benchmark that fails prints
+the results table of ``docs/benchmarks.md`` through ``bench.readme``. A benchmark that fails prints
 ``bench=<name> error=<ExceptionType>`` and the run goes on; the exit status is then 1.
 """
 
@@ -89,7 +89,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--no-readme",
         action="store_true",
-        help="do not rewrite the README's table (partial and quick runs never do)",
+        help="do not rewrite docs/benchmarks.md's table (partial and quick runs never do)",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the test bed's directory (logs, state)"
@@ -135,10 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"wrote {args.out}")
     failed = [s.name for s in lines if "error" in s.fields]
     if full and not args.no_readme and not failed:
-        readme.rewrite(REPO / "README.md", readme.render({s.name: s for s in lines}))
-        say("rewrote the README's results table")
+        readme.rewrite(readme.PAGE, readme.render({s.name: s for s in lines}))
+        say(f"rewrote the results table of {readme.PAGE.relative_to(REPO)}")
     else:
-        say(f"README left alone; `python -m bench.readme {args.out}` rewrites it from the lines")
+        say(f"docs left alone; `python -m bench.readme {args.out}` rewrites them from the lines")
     return 1 if failed else 0
 
 

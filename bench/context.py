@@ -13,7 +13,7 @@ from bench.testbed import TestBed
 
 @dataclasses.dataclass(frozen=True)
 class Scale:
-    """How big each benchmark runs; ``full`` is what the README reports."""
+    """How big each benchmark runs; ``full`` is what docs/benchmarks.md reports."""
 
     stacks: int = 1000  # fleet size: latency's largest, start-up, idle, memory's first
     latency_samples: int = 200  # spec changes timed per fleet size

@@ -1,12 +1,14 @@
-"""The README's benchmark table, generated from summary lines; nothing else writes it.
+"""The benchmarks page's results table, generated from summary lines; nothing else writes it.
 
 ``render`` turns the lines of one run (``bench=<name> key=value ...``) into Markdown: a
 sentence on the machine and its load, one table row per benchmark (what was measured, the
 result, the design target and whether it was met), notes on method, and the lines
 themselves. ``rewrite`` replaces exactly the text between ``<!-- bench:start -->`` and
-``<!-- bench:end -->`` in the README and leaves every other byte alone.
+``<!-- bench:end -->`` in the page (``PAGE``: ``docs/benchmarks.md``, which the README
+links) and leaves every other byte alone. The module keeps its name from when the table was
+in the README.
 
-``python -m bench.readme [results]`` (default ``bench/results.txt``) rewrites the README
+``python -m bench.readme [results]`` (default ``bench/results.txt``) rewrites that page
 from a results file, e.g. after editing this renderer.
 """
 
@@ -22,7 +24,8 @@ from bench.stats import Summary
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 TIMES = "\N{MULTIPLICATION SIGN}"
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+"""The page whose markers enclose the results table."""
 RESULTS = Path(__file__).resolve().parent / "results.txt"
 
 Row = tuple[str, str, str, str]  # benchmark, what is measured, result, target
@@ -38,15 +41,18 @@ def load(path: Path) -> dict[str, Summary]:
     return found
 
 
-def rewrite(readme: Path, block: str) -> None:
-    """Replace the text between the markers of ``readme`` with ``block``."""
-    text = readme.read_text(encoding="utf-8")
+def rewrite(page: Path, block: str) -> None:
+    """Replace the text between the markers of ``page`` with ``block``.
+
+    Raises ``ValueError`` when ``page`` lacks either marker (nothing is written then).
+    """
+    text = page.read_text(encoding="utf-8")
     head, start, rest = text.partition(START)
     _, end, tail = rest.partition(END)
     if not start or not end:
-        msg = f"{readme} lacks the {START} … {END} markers"
+        msg = f"{page} lacks the {START} … {END} markers"
         raise ValueError(msg)
-    readme.write_text(f"{head}{START}\n{block.strip()}\n{END}{tail}", encoding="utf-8")
+    page.write_text(f"{head}{START}\n{block.strip()}\n{END}{tail}", encoding="utf-8")
 
 
 # -- number formatting ------------------------------------------------------------------
@@ -468,7 +474,7 @@ def _raw(results: Mapping[str, Summary]) -> list[str]:
 
 
 def render(results: Mapping[str, Summary]) -> str:
-    """The Markdown between the README's markers, from one run's summary lines."""
+    """The Markdown between the page's markers, from one run's summary lines."""
     parts = [
         _header(results),
         "",
@@ -484,10 +490,10 @@ def render(results: Mapping[str, Summary]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.readme [results]``: rewrite the README's table from a results file."""
+    """``python -m bench.readme [results]``: rewrite ``PAGE``'s table from a results file."""
     args = sys.argv[1:] if argv is None else list(argv)
     results = load(Path(args[0]) if args else RESULTS)
-    rewrite(README, render(results))
+    rewrite(PAGE, render(results))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 A summary line is ``bench=<name> key=value key=value ...``: keys are ``[a-z0-9_]+``, values
 never contain spaces (numbers, or words joined by ``_``). ``Summary.line`` writes one and
-``Summary.parse`` reads one back, so the README generator needs nothing but the lines.
+``Summary.parse`` reads one back, so the benchmarks page's generator needs nothing but the lines.
 
 Percentiles interpolate linearly between the two nearest ranks (numpy's default), so the
 p99 of 200 samples lies between the 2nd- and 3rd-largest values.

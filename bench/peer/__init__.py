@@ -11,7 +11,7 @@ time (``testbed.assets``, recipe ``pko``; minutes), only when this benchmark run
 ``make test``. The YAML language host is the one beside the test bed's CLI.
 
 The line holds each scenario field twice, prefixed ``pso_`` (ours) and ``pko_``; the
-README's side-by-side table and its ratios are made from it by ``bench.readme``.
+The benchmarks page's side-by-side table and its ratios are made from it by ``bench.readme``.
 """
 
 from __future__ import annotations

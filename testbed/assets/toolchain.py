@@ -38,7 +38,7 @@ class Go:
             msg = (
                 "Go is not installed, and a test binary must be built. Install Go 1.26 or "
                 "newer (https://go.dev/doc/install), or point KUBEBUILDER_ASSETS / "
-                "TEST_ASSET_* at existing binaries (see README)."
+                "TEST_ASSET_* at existing binaries (see docs/test-bed.md)."
             )
             raise AssetError(msg)
         return cls(cache=cache, version=installed_version(go))

@@ -14,7 +14,7 @@ from testbed.prometheus import Prometheus, check_metrics
 from tests.e2e.agreement import api_states
 from tests.e2e.conftest import Operator, Program, Stacks
 from tests.e2e.waits import wait_reconciles
-from tests.test_readme import CODE, section, table
+from tests.test_docs import CODE, METRICS, section, table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 
@@ -95,8 +95,8 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
 
     Three Stacks (Ready, Stalled, waiting): ``pulumi_stack_condition == 1`` in Prometheus
     names exactly the status each condition has in the API (status contract rule 23).
-    Every metric the README documents is exported with its documented labels and nothing
-    else is (status contract rule 26). A deleted Stack's series vanish (status contract
+    Every metric ``docs/metrics.md`` documents is exported with its documented labels and
+    nothing else is (status contract rule 26). A deleted Stack's series vanish (status contract
     rule 25).
     """
     stacks.create(stacks.manifest("watched", program))
@@ -136,10 +136,10 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
 
 
 def documented_metrics() -> dict[str, set[str]]:
-    """Metric name -> label names, from the README's metrics tables (status contract rule 26)."""
+    """Metric name -> label names, from docs/metrics.md's tables (status contract rule 26)."""
     documented: dict[str, set[str]] = {}
-    for heading in ("### Stack metrics", "### Controller metrics"):
-        for row in table(section(heading), "| metric | type | labels"):
+    for heading in ("## Stack metrics", "## Controller metrics"):
+        for row in table(section(METRICS, heading), "| metric | type | labels"):
             labels = set(CODE.findall(re.sub(r"\([^)]*\)", "", row[2])))
             for name in CODE.findall(row[0]):
                 documented[name] = labels
@@ -159,7 +159,7 @@ def exported_metrics(text: str) -> dict[str, set[str]]:
 
 
 def assert_documented_metrics_exported(text: str) -> None:
-    """The README's metrics tables and the exported families agree, names and labels."""
+    """docs/metrics.md's tables and the exported families agree, names and labels."""
     documented, exported = documented_metrics(), exported_metrics(text)
     assert set(documented) == set(exported), (
         f"undocumented: {set(exported) - set(documented)}; "

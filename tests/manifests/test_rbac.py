@@ -1,4 +1,4 @@
-"""The operator's RBAC is exactly README's Permissions table, and works with a real token.
+"""The operator's RBAC is exactly docs/installation.md's Permissions table, and works.
 
 The table is the contract: each row names a rule and the code that needs it. The
 ClusterRole (all namespaces) and the single-namespace overlay's Role, each with the
@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from urllib3 import HTTPResponse
 
 from testbed.control_plane import ControlPlane
 from testbed.rbac import SERVICE_ACCOUNT, operator_kubeconfig
 from tests.manifests.conftest import MANIFESTS, pick, render
 
-README = MANIFESTS.parent / "README.md"
+PAGE = MANIFESTS.parent / "docs" / "installation.md"
 HEADER = "| API group | resource | verbs | why |"
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 LEADER_ELECTION = f"{SERVICE_ACCOUNT}-leader-election"
@@ -42,8 +43,8 @@ REVIEWS: frozenset[Permission] = frozenset(
 
 
 def table() -> set[Permission]:
-    """README's Permissions table as (group, resource, verb) triples."""
-    lines = README.read_text().split("\n### Permissions\n", 1)[1].splitlines()
+    """docs/installation.md's Permissions table as (group, resource, verb) triples."""
+    lines = PAGE.read_text().split("\n## Permissions\n", 1)[1].splitlines()
     start = lines.index(HEADER) + 2  # the header and its --- row
     found: set[Permission] = set()
     for line in lines[start:]:
@@ -72,7 +73,7 @@ def granted(role: dict[str, object]) -> set[Permission]:
     return found
 
 
-def test_readme_table_is_read() -> None:
+def test_the_permissions_table_is_read() -> None:
     """The table parses into the operator's known rules (the parser is not vacuous)."""
     rows = table()
     assert ("pulumi.com", "stacks/status", "patch") in rows
@@ -342,7 +343,7 @@ def test_the_operators_calls_work_and_others_get_403(
 
 
 def run_a_pod(core: client.CoreV1Api, namespace: str) -> None:
-    """Create a run pod, read it and its log, delete it, as workspace/runner/pod.py does.
+    """Create a run pod, read, watch and log it, delete it, as the pod runner does.
 
     This control plane has no node: the pod stays Pending, so its log answers an error
     (no container yet) or nothing; either way not 403: the call was allowed.
@@ -361,6 +362,14 @@ def run_a_pod(core: client.CoreV1Api, namespace: str) -> None:
         status = int(err.status)
     assert status != 403
     assert forbidden(core.list_namespaced_pod, namespace) == 403
+    events: HTTPResponse = core.list_namespaced_pod(  # type: ignore[assignment]
+        namespace,
+        field_selector="metadata.name=s-pulumi",
+        watch=True,
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    assert b"s-pulumi" in events.read()  # watched by name, as workspace/runner/podapi.py does
     core.delete_namespaced_pod("s-pulumi", namespace)
 
 

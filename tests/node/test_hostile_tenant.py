@@ -7,8 +7,8 @@ Stack's ``attempts`` output says what each try got. B's Stack is compared before
 
 ``--runner=pod``: every try fails (403, the tenant's own identity, nothing found), the
 operator's /metrics included (401 without a token, 403 with the tenant's).
-``--runner=local``: the same program acts as the operator. That is what the README says
-of the local runner: one trust domain.
+``--runner=local``: the same program acts as the operator. That is what the README and
+docs/runners-and-security.md say of the local runner: one trust domain.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def test_wildcard_and_control_plane_tolerations_need_the_flag(
 
 
 def test_a_keyed_toleration_is_the_stacks_own_business() -> None:
-    """Dedicated pools tolerated by key are fine (the README's example)."""
+    """Dedicated pools tolerated by key are fine (the example of docs/runners-and-security.md)."""
     toleration = {"key": "pulumi", "operator": "Exists", "effect": "NoSchedule"}
     assert refusal(spec(tolerations=[toleration]), Tenancy()) is None
 

@@ -2,8 +2,8 @@
 
 Every status below is made by the real functions of ``status.conditions``; kstatus and Argo
 CD verdicts come from the ports in ``tests.status``. The situations are the rows of the
-README's Status table; hand-made violations start from such a status and break one thing,
-so that each rule is shown to be able to fail.
+Conditions table (``docs/status.md``); hand-made violations start from such a status and
+break one thing, so that each rule is shown to be able to fail.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from tests.status.witness_fixtures import (
     without,
 )
 
-# -- the situations of the README's Status table -------------------------------------------
+# -- the situations of the Conditions table (docs/status.md) -------------------------------
 
 
 def restamped(status: dict[str, Any], generation: int) -> dict[str, Any]:
@@ -138,7 +138,7 @@ def test_each_situation_reads_as_intended_and_breaks_no_rule(
 ) -> None:
     """Each situation, built with status.conditions, gets its kstatus and Argo verdict.
 
-    Status contract rule 18; the situations are the rows of the README's Status table.
+    Status contract rule 18; the situations are the rows of the Conditions table.
     """
     assert kstatus.read_status(obj).status is expected_kstatus
     assert argo_health.health(obj).status is expected_argo

@@ -1,8 +1,8 @@
 """Statuses for the witness tests, made by the real functions of ``status.conditions``.
 
 ``stack`` wraps a status into a Stack object as the API returns it; ``START``, ``DONE`` and
-the builders below give the statuses of each situation of the README's Status table, from
-which the tests break one thing at a time.
+the builders below give the statuses of each situation of the Conditions table
+(``docs/status.md``), from which the tests break one thing at a time.
 """
 
 from __future__ import annotations
