@@ -54,12 +54,14 @@ class Operated:
     """An operation's outcome and what stopped it, if anything.
 
     ``deadline`` is set when the deadline stopped it, ``deleting`` when the Stack's
-    deletion did.
+    deletion did; ``stopped`` when the operator stopped it for any reason (its shutdown,
+    the deadline, the deletion).
     """
 
     outcome: Outcome
     deadline: float | None = None
     deleting: bool = False  # the Stack's deletion interrupted it
+    stopped: bool = False
 
 
 class Operator:
@@ -114,7 +116,8 @@ class Operator:
         if outcome is None or isinstance(outcome, Detached):
             return outcome
         deadline = attempt.timeout if run_stop.timed_out else None
-        return Operated(outcome, deadline, deleting=run_stop.interrupted)
+        stopped = run_stop.event.is_set()
+        return Operated(outcome, deadline, deleting=run_stop.interrupted, stopped=stopped)
 
     def _release_dead_lock(self, request: UpdateRequest, *, orphaned: bool) -> bool:
         """Release the stack's lock if a dead update of this operator holds it."""

@@ -142,12 +142,12 @@ class Runs:
             now=now,
             deadline=operated.deadline,
             deleting=operated.deleting,
+            stopped=operated.stopped,
         )
         verdict = verdicts.of_run(facts, plan.spec, self._settings.policy)
         observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
-        recorded = verdicts.concluded(operated.outcome, operated.deadline)
         failures = verdict.failures or 0
-        fields = report.concluded(plan.observed, recorded, failures, now)
+        fields = report.concluded(plan.observed, verdicts.recorded(facts), failures, now)
         return self._effects.execute(at, verdict, also=fields, now=now)
 
     def _conclude_orphaned(self, at: Pass, plan: Plan) -> None:

@@ -176,7 +176,9 @@ class RunFacts:
 
     ``outcome`` is the runner's; ``deadline`` the run's deadline in seconds when it
     stopped the run (None: it did not); ``now`` the wall time the run is concluded at;
-    ``deleting`` says the Stack's deletion interrupted it.
+    ``deleting`` says the Stack's deletion interrupted it; ``stopped`` that the operator
+    stopped the run (its shutdown, the deadline or the deletion): an interruption it did
+    not ask for is the runner's failure (see ``attributed``).
     """
 
     outcome: Outcome
@@ -186,6 +188,7 @@ class RunFacts:
     now: datetime.datetime
     deadline: float | None = None
     deleting: bool = False
+    stopped: bool = True
 
 
 # -- runs ------------------------------------------------------------------------------
@@ -206,6 +209,22 @@ def update_result(outcome: Outcome) -> str:
     if outcome.error is ErrorKind.CONFLICT:
         return CONFLICT
     return FAILED
+
+
+def attributed(outcome: Outcome, *, stopped: bool) -> Outcome:
+    """``outcome`` with an interruption the operator did not ask for made a runner failure.
+
+    Something else stopped the run (a node drain, an eviction, a user deleting its run pod):
+    that is ``RUNNER_FAILED``, retried with backoff, and the runner's message says what.
+    """
+    if stopped or outcome.error is not ErrorKind.INTERRUPTED:
+        return outcome
+    return dataclasses.replace(outcome, error=ErrorKind.RUNNER_FAILED)
+
+
+def recorded(facts: RunFacts) -> Outcome:
+    """The run's outcome as ``lastUpdate`` and ``history`` record it, and as it is judged."""
+    return concluded(attributed(facts.outcome, stopped=facts.stopped), facts.deadline)
 
 
 def concluded(outcome: Outcome, deadline: float | None) -> Outcome:
@@ -245,11 +264,11 @@ def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
     Every ``ErrorKind`` is judged; a run left going (``Detached``) is not an outcome and
     never reaches a verdict.
     """
-    outcome = concluded(facts.outcome, facts.deadline)
+    outcome = recorded(facts)
     failures = failures_after(outcome, facts.previous_failures, fresh=facts.fresh)
     conclusion = Verdict(
         failures=failures,
-        update_result=update_result(facts.outcome),
+        update_result=update_result(attributed(facts.outcome, stopped=facts.stopped)),
         handles_request=True,
         ends_run=True,
     )

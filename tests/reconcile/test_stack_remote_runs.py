@@ -67,6 +67,27 @@ def test_the_request_carries_references_and_no_secret_value(tmp_path: Path) -> N
 
 
 @reaches(Reason.RUNNER_FAILED)
+def test_an_interruption_the_operator_did_not_ask_for_is_runner_failed(h: Harness) -> None:
+    """Interrupted with no stop of the operator's (a drain): RunnerFailed, counted, retried.
+
+    The run pod reports the agent's Interrupted outcome, told why; the verdict, not the
+    runner, judges that nobody here asked for it.
+    """
+    h.create()
+    message = "the run pod team/web-pulumi failed: Evicted: node drained; update interrupted"
+    h.runner.then(h.fail(ErrorKind.INTERRUPTED, message=message))
+    assert h.reconcile() == Result(requeue_after=10)
+    assert h.kstatus() == {
+        "Ready": ("False", "RunnerFailed"),
+        "Reconciling": ("True", "ProgressingWithRetry"),
+    }
+    assert "Evicted: node drained" in h.message()
+    assert h.status["lastUpdate"]["state"] == "failed"
+    assert h.status["lastUpdate"]["failures"] == 1
+    assert h.metrics.updates == [("up", "failed")]
+
+
+@reaches(Reason.RUNNER_FAILED)
 def test_a_run_pod_that_ends_without_an_outcome_is_runner_failed_and_retried(h: Harness) -> None:
     """RunnerFailed with the pod's reason in Ready's message; retried after the backoff."""
     h.create()

@@ -476,6 +476,19 @@ def test_the_reasons_that_need_a_change() -> None:
     assert {Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC} == NEEDS_A_CHANGE
 
 
+def test_an_interruption_nobody_here_asked_for_is_judged_a_runner_failure() -> None:
+    """Interrupted while the operator never stopped the run: RunnerFailed, counted, failed."""
+    result = outcome(FakeClock(), ErrorKind.INTERRUPTED, message="failed: Evicted")
+    facts = RunFacts(result, 1, fresh=False, commit=COMMIT, now=NOW, stopped=False)
+    verdict = verdicts.of_run(facts, spec(), POLICY)
+    assert verdict.conditions is not None
+    assert verdict.conditions.reason is Reason.RUNNER_FAILED
+    assert (verdict.failures, verdict.update_result) == (2, "failed")
+    assert verdicts.recorded(facts).error is ErrorKind.RUNNER_FAILED
+    asked = dataclasses.replace(facts, stopped=True)
+    assert verdicts.recorded(asked).error is ErrorKind.INTERRUPTED
+
+
 def test_every_error_kind_has_a_row_of_the_verdict_table() -> None:
     """No outcome escapes the table: each ``ErrorKind`` a runner may report is judged."""
     assert set(ROWS) == set(ErrorKind)

@@ -229,12 +229,15 @@ class PodRun:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
             return self._failed(message)
         if outcome.error is ErrorKind.INTERRUPTED and not self.interrupted:
-            # SIGTERM the operator did not send: a drain, an eviction, a deadline, a user.
+            # SIGTERM the operator did not send (a drain, an eviction, a user): the outcome
+            # stays the agent's, told why; the verdict judges an interruption not asked for.
             pod = self._with.api.read(self.job)
             reason, why = podstate.terminated_reason(pod if pod is not None else self.last)
             if reason in ("Unknown", "Error", "Completed"):
                 reason, why = "Deleted", DELETED_BY
-            return self.fail(reason, f"{why}; {outcome.message}", delete=False)
+            self._with.metrics.pod_failed(reason)
+            text = f"the run pod {self.job.namespace}/{self.name} failed: {reason}: {why}"
+            return dataclasses.replace(outcome, message=f"{text}; {outcome.message}")
         return outcome
 
     def ended_without_outcome(self, *, gone: bool) -> Outcome:

@@ -276,8 +276,11 @@ def test_a_pod_that_ends_without_an_outcome_says_why() -> None:
     assert "OOMKilled: exit code 137" in outcome.message
 
 
-def test_an_interrupted_outcome_the_operator_did_not_ask_for_is_a_deleted_pod() -> None:
-    """The agent reports Interrupted (SIGTERM from a drain): RunnerFailed Deleted."""
+def test_an_interrupted_outcome_the_operator_did_not_ask_for_says_the_pod_was_deleted() -> None:
+    """The agent reports Interrupted (SIGTERM from a drain): kept, told the pod's reason.
+
+    The verdict judges it (no stop of the operator's: RunnerFailed); the runner says why.
+    """
     pods = FakePods()
     interrupted = dataclasses.replace(
         DONE, succeeded=False, error=ErrorKind.INTERRUPTED, message="update interrupted"
@@ -286,8 +289,9 @@ def test_an_interrupted_outcome_the_operator_did_not_ask_for_is_a_deleted_pod() 
     outcome = finished(
         runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
     )
-    assert outcome.error is ErrorKind.RUNNER_FAILED
-    assert "Deleted" in outcome.message
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert outcome.message.startswith("the run pod team/web-pulumi failed: Deleted: ")
+    assert outcome.message.endswith("; update interrupted")
 
 
 def test_the_same_run_pod_is_attached_to_not_created_again() -> None:
