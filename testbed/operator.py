@@ -94,9 +94,15 @@ class Operator:
         ]
         return [*argv, *self.flags, *self.extra]
 
+    @property
+    def temp_dir(self) -> Path:
+        """The process's ``TMPDIR``, beside its log: what a killed operator leaves stays there."""
+        return self.log.parent / f"{self.log.stem}-tmp"
+
     def environment(self) -> dict[str, str]:
-        """The process environment: ours, the Pulumi CLI first on PATH, then ``env``."""
+        """The process environment: ours, its own ``TMPDIR``, the CLI first on PATH, ``env``."""
         env = dict(os.environ)
+        env["TMPDIR"] = str(self.temp_dir)
         if self._pulumi_bin is not None:
             env.update(
                 PATH=f"{self._pulumi_bin}{os.pathsep}{env.get('PATH', '')}",
@@ -127,6 +133,7 @@ class Operator:
     def _spawn(self) -> None:
         argv = self.argv
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.temp_dir.mkdir(exist_ok=True)
         with self.log.open("ab") as out:
             out.write(f"--- starting: {' '.join(argv)}\n".encode())
             out.flush()
