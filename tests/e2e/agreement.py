@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import collections
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.waits import wait_for
 from tests.status.invariants import StackWatcher
 
 TYPES = ("Ready", "Reconciling", "Stalled")
@@ -96,24 +96,48 @@ def assert_metrics_agree(
     ``since``: when the operator process was started (monotonic), so the watcher counts
     only the flips that process wrote.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+    problems: list[str] = []
+
+    def agreed() -> bool:
         text = metrics()
         gauges, shown = gauge_states(text, namespace), api_states(stacks())
         counted, seen = transition_counts(text), watcher.transitions(since)
-        if text and gauges == shown and counted == seen:
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert text, "the operator's /metrics could not be read"
-    assert gauges == shown, (
-        f"status contract rule 23: pulumi_stack_condition {gauges} but the API shows {shown}"
+        problems[:] = disagreements(text, (gauges, shown), (counted, seen))
+        return not problems
+
+    wait_for(
+        agreed,
+        "/metrics, the API and the watcher to agree",
+        timeout,
+        interval=0.5,
+        detail=lambda: "; ".join(problems),
     )
-    assert counted == seen, (
-        f"status contract rule 24: transitions counter {dict(counted)} "
-        f"but the watcher saw {dict(seen)}"
-    )
+
+
+def disagreements(
+    text: str,
+    conditions: tuple[Mapping[Any, Any], Mapping[Any, Any]],
+    transitions: tuple[Mapping[Any, int], Mapping[Any, int]],
+) -> list[str]:
+    """What keeps /metrics (``text``), the API and the watcher apart; empty when they agree.
+
+    ``conditions``: the condition gauges and the API's conditions; ``transitions``: the
+    transitions counter and the flips the watcher saw.
+    """
+    if not text:
+        return ["the operator's /metrics could not be read"]
+    (gauges, shown), (counted, seen) = conditions, transitions
+    found = []
+    if gauges != shown:
+        found.append(
+            f"status contract rule 23: pulumi_stack_condition {gauges} but the API shows {shown}"
+        )
+    if counted != seen:
+        found.append(
+            f"status contract rule 24: transitions counter {dict(counted)} "
+            f"but the watcher saw {dict(seen)}"
+        )
+    return found
 
 
 def event_problems(event: Any) -> list[str]:
