@@ -31,13 +31,13 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test, lint and docs tools.
 
 .PHONY: test-assets
-test-assets: ## Find or build the test binaries, helm and the Kubernetes provider (cached); as root, the node's and image's tools.
+test-assets: ## Find or build the test binaries, helm, the Kubernetes provider and Flux's source-controller (cached); as root, the node's and image's tools.
 	@# One after the other: go build uses every core, and builds side by side were slower.
 	$(MAKE) --no-print-directory test-assets-go test-assets-host
 
 .PHONY: test-assets-go test-assets-host
 test-assets-go:
-	hack/test-assets --with helm --with kubernetes
+	hack/test-assets --with helm --with kubernetes --with flux
 
 test-assets-host:
 	hack/install-prometheus

@@ -41,8 +41,11 @@ FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
     "git_server": ("git",),
     "git_http": ("git",),
     "git_http_v0": ("git",),
+    "flux_git": ("git",),
     "prometheus": ("prometheus",),
     "helm_binary": ("helm",),
+    # The Flux source-controller on the session's control plane, fetching from a git server.
+    "flux_source": ("flux", "integration", "git"),
     # A node cluster is a control plane too; its git daemon serves the node's pods.
     "node_cluster": ("node", "integration"),
     "node_git": ("git",),
@@ -64,6 +67,7 @@ BINARY_MARKS: Final[Mapping[str, str]] = {
     "prometheus": "prometheus",
     "promtool": "prometheus",
     "helm": "helm",
+    "source-controller": "flux",
     "podman": "image",
     "buildah": "image",
     "kubelet": "node",
@@ -82,6 +86,7 @@ MARKERS: Final[Mapping[str, str]] = {
     "git": "runs git or a real git server",
     "prometheus": "runs Debian's prometheus or promtool",
     "helm": "needs the helm binary built from its Go module",
+    "flux": "runs the real Flux source-controller built from its Go module",
     "image": "builds or runs the operator's container image (podman, root)",
     "node": "needs the real single-node cluster (kubelet, containerd; root)",
 }

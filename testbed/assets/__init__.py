@@ -7,7 +7,7 @@ from published Go modules into a cache outside the repository (``store``). Nothi
 downloaded from a release page: every binary is compiled with ``go build`` from modules
 served by the Go module proxy. Standard library only: ``hack/test-assets`` runs it with
 the system python3, as ``python3 -m testbed.assets [--print-env] [--no-build]
-[--with node|helm|pko|kubernetes]`` (``cli``); the test fixtures import it.
+[--with node|helm|pko|kubernetes|flux]`` (``cli``); the test fixtures import it.
 
 Its modules, each with its own contract:
 
@@ -16,6 +16,7 @@ Its modules, each with its own contract:
 - ``recipe``: what a recipe is, and the hash that keys its builds;
 - ``kube``: the Kubernetes family (etcd, kube-apiserver and kubectl, the node's, helm);
 - ``pulumi``: the Pulumi family (the CLI and language hosts, the Kubernetes provider, PKO);
+- ``flux``: the Flux source-controller;
 - ``store``: the cache: atomic, smoke-checked builds under a per-recipe file lock;
 - ``lookup``: the lookup order and the ``find_*`` functions;
 - ``cli``: ``hack/test-assets``.
@@ -25,6 +26,11 @@ nothing.
 """
 
 from testbed.assets.core import AssetError, cache_root, go_platform
+from testbed.assets.flux import (
+    FLUX_SOURCE_CONTROLLER_MODULE,
+    FLUX_SOURCE_CONTROLLER_VERSION,
+    FLUX_SOURCE_CRDS,
+)
 from testbed.assets.kube import (
     ETCD_VERSION,
     HELM_K8S_MINOR,
@@ -38,6 +44,7 @@ from testbed.assets.lookup import (
     Assets,
     ensure_assets,
     find_built,
+    find_flux_crds,
     find_kube_binary,
     find_prometheus_operator_crds,
     find_pulumi,
@@ -59,6 +66,9 @@ from testbed.assets.recipe import RECIPE_REVISION
 
 __all__ = [
     "ETCD_VERSION",
+    "FLUX_SOURCE_CONTROLLER_MODULE",
+    "FLUX_SOURCE_CONTROLLER_VERSION",
+    "FLUX_SOURCE_CRDS",
     "GO_HOST_SDK_VERSION",
     "HELM_K8S_MINOR",
     "HELM_VERSION",
@@ -82,6 +92,7 @@ __all__ = [
     "cache_root",
     "ensure_assets",
     "find_built",
+    "find_flux_crds",
     "find_kube_binary",
     "find_prometheus_operator_crds",
     "find_pulumi",

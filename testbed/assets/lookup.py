@@ -2,9 +2,10 @@
 
 Provides ``find_kube_binary`` (etcd, kube-apiserver, kubectl), ``find_pulumi`` (the
 directory of the CLI with every one of ``PULUMI_BINARIES``), ``find_built`` (an optional
-recipe's directory: node, helm, pko, kubernetes), ``find_prometheus_operator_crds`` (a
-module download, nothing built), ``ensure_assets``/``Assets`` (the four the tests always
-run), ``RECIPES`` (every recipe by name) and ``env_name`` (a binary's ``TEST_ASSET_*``).
+recipe's directory: node, helm, pko, kubernetes, flux), ``find_prometheus_operator_crds``
+and ``find_flux_crds`` (module downloads, nothing built), ``ensure_assets``/``Assets`` (the
+four the tests always run), ``RECIPES`` (every recipe by name) and ``env_name`` (a
+binary's ``TEST_ASSET_*``).
 
 Guarantees: each binary is looked up in this order, and the first hit wins:
 
@@ -26,7 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
-from testbed.assets import kube, pulumi
+from testbed.assets import flux, kube, pulumi
 from testbed.assets.core import AssetError, cache_root, go_platform
 from testbed.assets.pulumi import PULUMI_BINARIES
 from testbed.assets.recipe import Recipe
@@ -39,7 +40,7 @@ PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator
 # v0.95.x only for the pkg/apis/monitoring submodule, which holds no CRD manifests).
 PROMETHEUS_OPERATOR_VERSION = "0.94.1"
 
-RECIPES: dict[str, Recipe] = {**kube.RECIPES, **pulumi.RECIPES}
+RECIPES: dict[str, Recipe] = {**kube.RECIPES, **pulumi.RECIPES, **flux.RECIPES}
 """Every recipe, by the name ``find_built`` and ``hack/test-assets --with`` take."""
 
 
@@ -194,13 +195,35 @@ def find_prometheus_operator_crds(*, download: bool = True) -> Path:
     return Path(str(go.download(module, cache_root())["Dir"])) / crds
 
 
+def find_flux_crds(*, download: bool = True) -> tuple[Path, ...]:
+    """Find (or download) the CRD manifests the Flux source-controller needs installed.
+
+    They are ``FLUX_SOURCE_CRDS`` of ``config/crd/bases/`` in the source-controller's Go
+    module at the pinned version, the one the ``flux`` recipe builds (which downloads it),
+    fetched with ``go mod download`` into this project's module cache when missing.
+
+    Raises:
+        AssetError: the module is not cached and ``download`` is false (or Go is absent).
+    """
+    module = f"{flux.FLUX_SOURCE_CONTROLLER_MODULE}@v{flux.FLUX_SOURCE_CONTROLLER_VERSION}"
+    directory = cache_root() / "go" / "mod" / module
+    if not (directory / flux.FLUX_CRD_DIR).is_dir():
+        if not download:
+            msg = f"{module} is not in the module cache (downloading it needs Go and its proxy)"
+            raise AssetError(msg)
+        cache_root().mkdir(parents=True, exist_ok=True)
+        directory = flux.module_dir(Go.find(cache_root()), module)
+    return tuple(directory / flux.FLUX_CRD_DIR / name for name in flux.FLUX_SOURCE_CRDS)
+
+
 def find_built(name: str, *, build: bool = True) -> Path:
-    """Find (or build) the directory of an optional recipe: node, helm, pko or kubernetes.
+    """Find (or build) the directory of an optional recipe: node, helm, pko, kubernetes, flux.
 
     These are built only where they are needed: the node's for the node tests (run as root
     with containerd installed; see ``hack/install-node``), helm for the chart tests, the
     Kubernetes provider (``pulumi-resource-kubernetes``) for the tests of users' programs,
-    and the Pulumi Kubernetes Operator v1 for ``make bench`` alone.
+    the Flux source-controller for the tests that fetch its artifacts, and the Pulumi
+    Kubernetes Operator v1 for ``make bench`` alone.
 
     Raises:
         AssetError: not built and ``build`` is false (the message names the command), or

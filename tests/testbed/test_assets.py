@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.assets import PULUMI_BINARIES, AssetError, find_built, find_kube_binary, find_pulumi
+from testbed.assets import (
+    FLUX_SOURCE_CONTROLLER_MODULE,
+    FLUX_SOURCE_CONTROLLER_VERSION,
+    FLUX_SOURCE_CRDS,
+    PULUMI_BINARIES,
+    AssetError,
+    find_built,
+    find_flux_crds,
+    find_kube_binary,
+    find_pulumi,
+)
 from testbed.assets.cli import main
 from testbed.assets.lookup import RECIPES, env_name
 
@@ -78,6 +88,19 @@ def test_an_optional_recipe_is_found_by_its_dir_variable(
     """``TEST_ASSET_HELM_DIR`` names helm's directory; nothing is looked up or built."""
     monkeypatch.setenv("TEST_ASSET_HELM_DIR", str(tmp_path))
     assert find_built("helm", build=False) == tmp_path
+
+
+def test_flux_crds_are_read_from_the_module_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CRDs come from the source-controller's module; not cached and no download: error."""
+    monkeypatch.setenv("PULUMI_STACK_OPERATOR_CACHE", str(tmp_path))
+    with pytest.raises(AssetError, match="is not in the module cache"):
+        find_flux_crds(download=False)
+    module = f"{FLUX_SOURCE_CONTROLLER_MODULE}@v{FLUX_SOURCE_CONTROLLER_VERSION}"
+    bases = tmp_path / "go" / "mod" / module / "config" / "crd" / "bases"
+    bases.mkdir(parents=True)
+    assert find_flux_crds(download=False) == tuple(bases / name for name in FLUX_SOURCE_CRDS)
 
 
 def test_the_command_prints_one_line_per_binary(
