@@ -14,17 +14,28 @@ environment variable ``<prefix>SOME_FLAG`` (a flag given on the command line win
 ``WATCH_NAMESPACE`` is accepted for ``--namespaces`` too, as operator-sdk operators read
 it. A bad value is a usage error: a message on stderr and exit status 2, before anything
 starts.
+
+An application that names a selector flag (``Application.selector_flag``, e.g. the
+operator's ``--stack-selector``) lets each installation manage only the objects whose labels
+match a label selector (``controller.labels``: checked here with the API server's own
+grammar, so a typo stops the process at start-up). The installations of one application
+then elect a leader per selector: unless ``--leader-election-id`` names it, the Lease is
+``<lease_name>-<first 8 hex digits of the SHA-256 of the selector's canonical form>``
+(``lease_name_for``), so that installations with different selectors each lead, and two
+with the same selector, however spelt, share one leader.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from controller.labels import EVERYTHING, Selector, SelectorError, parse_selector
 from controller.logs import LEVELS, LogFormat
 from controller.names import is_dns_label
 
@@ -36,6 +47,8 @@ class Config:
     """Validated manager settings; see ``build_parser`` for each one's meaning and default."""
 
     namespaces: tuple[str, ...]  # empty: all namespaces
+    label_selector: Selector
+    """Only objects whose labels it matches are listed, watched and reconciled (empty: all)."""
     workers: int
     max_concurrent_reconciles_per_namespace: int
     """At most this many reconciles of one namespace run at once; 0 means no limit.
@@ -80,9 +93,15 @@ class Application:
     env_prefix: str
     """Prefix of the environment variables standing in for flags, e.g. ``PSO_``."""
     lease_name: str
-    """Default of ``--leader-election-id``: the Lease the replicas elect a leader on."""
+    """Default of ``--leader-election-id``: the Lease the replicas elect a leader on
+    (with a label selector, ``lease_name_for`` derives one per selector from it)."""
     add_flags: Callable[[argparse.ArgumentParser], None] = _no_flags
     """Adds the application's own flags to the parser, after the manager's."""
+    selector_flag: str | None = None
+    """The flag taking a label selector of the objects to manage, e.g. ``--stack-selector``
+    (environment variable ``<prefix>STACK_SELECTOR``); None: no such flag, every object."""
+    objects: str = "objects"
+    """What the objects are called in ``--help`` (plural), e.g. ``Stacks``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +152,28 @@ def non_negative_int(value: str) -> int:
     return number
 
 
+def label_selector(value: str) -> Selector:
+    """An argparse ``type``: a label selector in ``kubectl -l`` syntax ("" selects all)."""
+    try:
+        return parse_selector(value)
+    except SelectorError as err:
+        msg = f"{value!r} is not a label selector: {err}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def lease_name_for(lease_name: str, selector: Selector) -> str:
+    """The Lease of the installations managing ``selector``'s objects.
+
+    ``lease_name`` itself for every object (the empty selector); otherwise ``lease_name``,
+    ``-`` and the first 8 hex digits of the SHA-256 of the selector's canonical form
+    (``str(selector)``), which spells one selector one way however it was written.
+    """
+    if selector.empty:
+        return lease_name
+    digest = hashlib.sha256(str(selector).encode()).hexdigest()[:8]
+    return f"{lease_name}-{digest}"
+
+
 def _namespaces(value: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     for name in names:
@@ -156,15 +197,15 @@ def build_parser(app: Application) -> argparse.ArgumentParser:
         description=f"{app.description} Every flag can also be set as an environment "
         f"variable {app.env_prefix}<FLAG_NAME>.",
     )
-    _add_work_flags(parser)
+    _add_work_flags(parser, app)
     _add_endpoint_flags(parser)
-    _add_leader_election_flags(parser, app.lease_name)
+    _add_leader_election_flags(parser, app)
     _add_process_flags(parser)
     app.add_flags(parser)
     return parser
 
 
-def _add_work_flags(parser: argparse.ArgumentParser) -> None:
+def _add_work_flags(parser: argparse.ArgumentParser, app: Application) -> None:
     """What is watched and how much runs at once."""
     add = parser.add_argument
     add(
@@ -173,6 +214,17 @@ def _add_work_flags(parser: argparse.ArgumentParser) -> None:
         default=(),
         help="comma-separated namespaces to watch (default: all; env also WATCH_NAMESPACE)",
     )
+    if app.selector_flag is not None:
+        add(
+            app.selector_flag,
+            type=label_selector,
+            default=EVERYTHING,
+            help=f"label selector (kubectl -l syntax, e.g. 'shard=a' or '!shard') of the "
+            f"{app.objects} to manage: only those are listed, watched and reconciled, so that "
+            f"installations with disjoint selectors share the {app.objects} (sharding); "
+            f"{app.objects} whose labels stop matching are let go, never finalized "
+            f"(default: all)",
+        )
     add(
         "--workers",
         type=positive(int),
@@ -230,8 +282,15 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_leader_election_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
+def _add_leader_election_flags(parser: argparse.ArgumentParser, app: Application) -> None:
     """Whether and how the replicas elect a leader."""
+    lease_name = app.lease_name
+    per_selector = (
+        f"; with {app.selector_flag}: {lease_name}-<first 8 hex digits of the SHA-256 of "
+        "the selector's canonical form>, one Lease per selector"
+        if app.selector_flag
+        else ""
+    )
     add = parser.add_argument
     add(
         "--leader-elect",
@@ -241,8 +300,8 @@ def _add_leader_election_flags(parser: argparse.ArgumentParser, lease_name: str)
     )
     add(
         "--leader-election-id",
-        default=lease_name,
-        help=f"name of the Lease (default: {lease_name})",
+        default=None,
+        help=f"name of the Lease (default: {lease_name}{per_selector})",
     )
     add(
         "--leader-election-namespace",
@@ -335,7 +394,7 @@ def parse(
     args = parser.parse_args([*_env_defaults(parser, app.env_prefix, environ), *argv])
     if not args.lease_duration > args.renew_deadline > 1.2 * args.retry_period:
         parser.error("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
-    return Parsed(_config(args, environ), args)
+    return Parsed(_config(args, app, environ), args)
 
 
 def parse_config(
@@ -345,10 +404,12 @@ def parse_config(
     return parse(argv, app, environ).config
 
 
-def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+def _config(args: argparse.Namespace, app: Application, environ: Mapping[str, str]) -> Config:
     """The manager's settings from the parsed flags."""
+    selector = _selector(args, app)
     return Config(
         namespaces=args.namespaces,
+        label_selector=selector,
         workers=args.workers,
         max_concurrent_reconciles_per_namespace=_per_namespace_cap(args),
         resync_period=args.resync_period,
@@ -359,7 +420,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             f"{args.health_probe_bind_address[0]}:{args.health_probe_bind_address[1]}"
         ),
         leader_elect=args.leader_elect,
-        leader_election_id=args.leader_election_id,
+        leader_election_id=args.leader_election_id or lease_name_for(app.lease_name, selector),
         leader_election_namespace=args.leader_election_namespace or _default_namespace(),
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
@@ -370,3 +431,11 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
         kubeconfig=args.kubeconfig or environ.get("KUBECONFIG") or None,
         identity=f"{socket.gethostname()}_{os.getpid()}",
     )
+
+
+def _selector(args: argparse.Namespace, app: Application) -> Selector:
+    """The selector flag's value, or every object for an application without one."""
+    if app.selector_flag is None:
+        return EVERYTHING
+    selector: Selector = getattr(args, app.selector_flag.lstrip("-").replace("-", "_"))
+    return selector

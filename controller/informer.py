@@ -15,6 +15,14 @@ gets a reflector thread that follows client-go's reflector:
   resourceVersion (a watch from a known resourceVersion loses nothing), relisting only if
   that resourceVersion has expired meanwhile.
 
+With a label selector (``CustomObjectsListWatcher(label_selector=...)``) the server does
+the filtering: an object whose labels stop matching is *deleted* from this informer's
+point of view (``on_delete`` with its last matching state), one whose labels start
+matching is *added*. The event alone cannot tell such a departure from a deletion (the
+object comes in its last matching state either way); but an object with a finalizer is
+marked (``metadata.deletionTimestamp``, an update) before it can go, so a controller that
+finalizes has seen its deletion coming before the final delete event.
+
 Resync replays the cache to ``on_update(obj, obj)`` every ``resync_period`` seconds from
 memory, with no API call. Handlers run on the reflector and resync threads: they must be
 cheap (enqueue a key) and must not block.
@@ -119,21 +127,31 @@ class Backoff:
 
 
 class CustomObjectsListWatcher:
-    """A ListWatcher for a custom resource through ``CustomObjectsApi``."""
+    """A ListWatcher for a custom resource through ``CustomObjectsApi``.
 
-    def __init__(
+    With a ``label_selector`` the API server lists and watches only the objects whose
+    labels match it; an object whose labels stop matching arrives as a DELETED event (its
+    last matching state), one whose labels start matching as ADDED.
+    """
+
+    def __init__(  # noqa: PLR0913 - the resource's coordinates, its scope and its selector
         self,
         api_client: client.ApiClient,
         group: str,
         version: str,
         plural: str,
         namespace: str | None,
+        label_selector: str = "",
     ) -> None:
-        """Watch ``group/version/plural`` in ``namespace`` (None: all namespaces)."""
+        """Watch ``group/version/plural`` in ``namespace`` (None: all namespaces).
+
+        ``label_selector`` (``kubectl -l`` syntax; "" for every object) is sent as is.
+        """
         self._api = client.CustomObjectsApi(api_client)
         self._gvr = (group, version)
         self._plural = plural
         self.namespace = namespace
+        self._selector = {"label_selector": label_selector} if label_selector else {}
         self._watch: watch.Watch | None = None
 
     def _call(self) -> tuple[Callable[..., Any], tuple[str, ...]]:
@@ -147,7 +165,9 @@ class CustomObjectsListWatcher:
         """One page of a consistent (quorum) list."""
         func, args = self._call()
         try:
-            page: Mapping[str, Any] = func(*args, limit=limit, _continue=continue_token)
+            page: Mapping[str, Any] = func(
+                *args, limit=limit, _continue=continue_token, **self._selector
+            )
         except client.ApiException as err:
             if err.status == 410:
                 raise ExpiredError(str(err.reason)) from err
@@ -165,6 +185,7 @@ class CustomObjectsListWatcher:
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds,
+                **self._selector,
                 # The read timeout only trips on a dead connection: the server ends the
                 # watch itself after timeout_seconds.
                 _request_timeout=(10, timeout_seconds + 60),

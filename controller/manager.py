@@ -6,6 +6,11 @@ Life of a process:
    ``--metrics-secure``: HTTPS, for callers the API server authenticates and authorizes)
    and the probes (``/healthz``: every thread alive; ``/readyz``: caches synced).
 2. Start the informer on every replica, so a standby's cache is warm when it takes over.
+   With a label selector (``Config.label_selector``) it lists and watches only the
+   matching objects; one whose labels stop matching is let go, not deleted: its written
+   copy is forgotten (the view), its reconcile in flight is stopped as a shutdown stops it
+   (``Controller.release``), and the reconciler, finding it gone, forgets it (a reconciler
+   that finalizes starts from ``deletionTimestamp``, an update, never from a delete).
 3. Once the cache is synced (and, with ``--leader-elect``, the Lease is ours) start the
    reconcile workers.
 4. On SIGTERM/SIGINT: stop taking work, let running reconciles finish for
@@ -34,7 +39,7 @@ from kubernetes import client, config
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from controller import heap
-from controller.cache import Object, Store
+from controller.cache import Object, ObjectKey, Store
 from controller.clock import Clock, RealClock
 from controller.config import Config
 from controller.informer import (
@@ -91,6 +96,12 @@ class ManagerContext:
     clock: Clock = dataclasses.field(default_factory=RealClock)
     """The manager's clock: what ``leading_since`` is measured on. Share it rather than
     making another, so that every part of the process reads the same time."""
+    enqueue: Callable[[ObjectKey], None] = lambda _key: None
+    """Puts a key in the controller's queue: for informers of other kinds (an object a
+    Stack refers to changed). Call it from event handlers only, once ``starters`` ran."""
+    starters: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    """Called once the informer runs, before its cache syncs: start the reconciler's own
+    informers and threads here (stop them with a closer)."""
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
@@ -154,6 +165,31 @@ class FanOut:
         """Forward a delete."""
         for handler in self._handlers:
             handler.on_delete(obj)
+
+
+class Departures:
+    """With a label selector, stops the reconcile of an object the informer lets go.
+
+    The informer cannot tell an object that left the selection from a deleted one; either
+    way it is no longer this process's: a reconcile running for it is stopped as a shutdown
+    stops it (``Controller.release``). A deletion that needs finalizing was seen before
+    (``deletionTimestamp``) and finalized; its final delete has nothing left to stop.
+    """
+
+    def __init__(self, controller: Controller) -> None:
+        """Release keys of ``controller``."""
+        self._controller = controller
+
+    def on_add(self, obj: Object) -> None:
+        """Nothing: a new object is reconciled as usual."""
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """Nothing: the object is still selected."""
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """Stop the reconcile running for the object, if any."""
+        key = obj.key if isinstance(obj, DeletedFinalStateUnknown) else ObjectKey.of(obj)
+        self._controller.release(key)
 
 
 class _Probes(http.server.ThreadingHTTPServer):
@@ -222,9 +258,15 @@ class Manager:
         self.shutdown = threading.Event()
         self._reconcile_stop = threading.Event()
         scopes: Sequence[str | None] = cfg.namespaces or (None,)
+        selector = cfg.label_selector
         list_watchers = [
             CustomObjectsListWatcher(
-                self.api_client, resource.group, resource.version, resource.plural, namespace
+                self.api_client,
+                resource.group,
+                resource.version,
+                resource.plural,
+                namespace,
+                label_selector=str(selector),
             )
             for namespace in scopes
         ]
@@ -236,11 +278,13 @@ class Manager:
             cfg,
             self.registry,
             self._reconcile_stop,
-            ReadYourWritesView(store),
+            ReadYourWritesView(store, None if selector.empty else selector.selects),
             leading_since=lambda: self._leading_since,
             clock=self.clock,
+            enqueue=self._enqueue,
         )
         self._closers = context.closers
+        self._starters = context.starters
         self._liveness_checks = context.liveness_checks
         # Namespaces take turns for the workers, and one namespace runs at most
         # --max-concurrent-reconciles-per-namespace reconciles at once (0: no limit).
@@ -254,7 +298,12 @@ class Manager:
             max_in_flight_per_shard=cfg.max_concurrent_reconciles_per_namespace or None,
         )
         # The view first: it forgets a deleted object before the delete's key is queued.
-        handler = FanOut([context.view, self.controller, *context.handlers])
+        # With a selector, a delete may be an object leaving it: its reconcile in flight
+        # is stopped (as on shutdown) before anything else hears of it.
+        first: list[EventHandler] = [context.view]
+        if not selector.empty:
+            first.append(Departures(self.controller))
+        handler = FanOut([*first, self.controller, *context.handlers])
         self.informer = Informer(
             list_watchers,
             handler,
@@ -276,6 +325,10 @@ class Manager:
         self._signal = 0
         self._threads = ThreadGroup(self.clock)
 
+    def _enqueue(self, key: ObjectKey) -> None:
+        """Queue ``key`` for the controller (made after the context that hands this out)."""
+        self.controller.queue.add(key)
+
     def healthy(self) -> bool:
         """Every thread that should run is running, the reconciler's own ones too."""
         workers_ok = not self._started_workers.is_set() or self.controller.alive()
@@ -296,10 +349,14 @@ class Manager:
         log.info(
             "Starting",
             namespaces=list(self.config.namespaces) or "all",
+            label_selector=str(self.config.label_selector) or "all",
             workers=self.config.workers,
             leader_elect=self.config.leader_elect,
+            lease=self.config.leader_election_id if self.config.leader_elect else None,
         )
         self.informer.run()
+        for start in self._starters:
+            start()
         if not self.informer.wait_for_cache_sync(CACHE_SYNC_TIMEOUT) and not self.shutdown.is_set():
             log.error("Caches did not sync", timeout=CACHE_SYNC_TIMEOUT)
             self.shutdown.set()

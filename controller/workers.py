@@ -20,8 +20,11 @@ not a panic. Optionally the queue hands keys out round robin between namespaces 
 the reconciles running at once per namespace (``shard=by_namespace``,
 ``max_in_flight_per_shard``), so that one busy namespace cannot hold every worker.
 
-``done`` is called on every path, and a worker thread never dies of a reconcile's
-exception. Once shutting down (or interrupted) a worker starts no new reconcile: keys
+Each reconcile gets a stop event of its own: set by ``interrupt`` (every reconcile, as on
+shutdown) or by ``release(key)`` (that key's only: its object is no longer this
+controller's, e.g. it left the label selection, and whatever runs for it stops as it would
+on shutdown). ``done`` is called on every path, and a worker thread never dies of a
+reconcile's exception. Once shutting down (or interrupted) a worker starts no new reconcile: keys
 the queue still hands out, such as one re-queued by ``done`` because it changed while
 being processed, are left for the next process. Metrics follow controller-runtime's
 names (``controller_runtime_*``). Reconcile durations, the queue's delays and the
@@ -30,9 +33,10 @@ deadlines of ``shut_down`` are all measured on the controller's ``Clock``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 import structlog
 from kubernetes import client
@@ -172,6 +176,9 @@ class Controller:
             family.labels(name)
         m.max_concurrent.labels(name).set(workers)
         self._stop = threading.Event()
+        # The stop event of each reconcile running now (the queue runs a key once at a time).
+        self._running: dict[ObjectKey, threading.Event] = {}
+        self._running_lock = threading.Lock()
         self._threads = ThreadGroup(self._clock)
 
     # -- event handlers: cheap, they only enqueue ---------------------------------
@@ -205,6 +212,24 @@ class Controller:
     def interrupt(self) -> None:
         """Ask running reconciles to return soon (their stop event is set)."""
         self._stop.set()
+        with self._running_lock:
+            for stop in self._running.values():
+                stop.set()
+
+    def release(self, key: ObjectKey) -> bool:
+        """Stop the reconcile running for ``key``, if any, as ``interrupt`` would.
+
+        For an object that is no longer this controller's to reconcile (it left the label
+        selection): its reconcile gets the stop event a shutdown sets, and returns soon;
+        the other keys' reconciles go on. True when one was running.
+        """
+        with self._running_lock:
+            stop = self._running.get(key)
+        if stop is None:
+            return False
+        log.info("Stopping the reconcile of an object that is no longer ours", key=str(key))
+        stop.set()
+        return True
 
     def shut_down(self, deadline: float, interrupt_timeout: float = INTERRUPT_TIMEOUT) -> bool:
         """Stop taking work, let running reconciles finish for ``deadline`` seconds.
@@ -258,9 +283,28 @@ class Controller:
             self.queue.done(key)
         return True
 
-    def _handle(self, key: ObjectKey) -> None:
+    @contextlib.contextmanager
+    def _stop_event(self, key: ObjectKey) -> Iterator[threading.Event]:
+        """The stop event of one reconcile of ``key``, registered for ``release``."""
+        stop = threading.Event()
+        with self._running_lock:
+            self._running[key] = stop
+        if self._stop.is_set():  # interrupted before this reconcile registered
+            stop.set()
         try:
-            result = self._reconciler.reconcile(key, self._stop)
+            yield stop
+        finally:
+            with self._running_lock:
+                if self._running.get(key) is stop:
+                    del self._running[key]
+
+    def _handle(self, key: ObjectKey) -> None:
+        with self._stop_event(key) as stop:
+            self._reconcile(key, stop)
+
+    def _reconcile(self, key: ObjectKey, stop: threading.Event) -> None:
+        try:
+            result = self._reconciler.reconcile(key, stop)
         except TransientError as err:
             self._count("error")
             self._metrics.errors.labels(self.name).inc()

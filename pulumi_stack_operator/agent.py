@@ -3,11 +3,13 @@
 It reads its job from the pod's environment: ``PSO_JOB`` (the JSON the reconciler built:
 source, stack, config; no secret value), ``PSO_OPERATION`` (``up``, ``preview`` or
 ``destroy``), and the variables the kubelet filled from the Stack's Secrets. As the
-``checkout`` init container (``agent checkout``) it checks the source out into the
-workspace; only it has the git credentials (``PSO_GIT_<n>``). As the run container it runs
-the operation with ``LocalRunner`` (the same code as the local runner: installing the
-program's dependencies, scrubbing, progress, outcome) with the ``PSO_SECRET_<n>`` values,
-and prints its reports on stdout (``workspace.runner.channel``); its own log goes to
+``checkout`` init container (``agent checkout``) it lays the source out in the workspace:
+a git checkout (a shallow one when the job says ``shallow``), a Flux artifact (its digest
+verified before anything is unpacked, then unpacked safely), or a rendered Program's
+``Pulumi.yaml``; only it has the git credentials (``PSO_GIT_<n>``). As the run container
+it runs the operation with ``LocalRunner`` (the same code as the local runner: installing
+the program's dependencies, scrubbing, progress, outcome) with the ``PSO_SECRET_<n>``
+values, and prints its reports on stdout (``workspace.runner.channel``); its own log goes to
 stderr. What it installs is cached on the namespace's cache volume when the pod mounts
 one (``PSO_CACHE_DIR``; see ``local_runner``).
 
@@ -53,7 +55,15 @@ from workspace.runner import (
     progress_line,
     release_own_locks,
 )
-from workspace.source import GitCredentials, ProgramDirError, SourceError, checkout, program_dir
+from workspace.source import (
+    GitCredentials,
+    ProgramDirError,
+    SourceError,
+    checkout,
+    fetch_artifact,
+    program_dir,
+    write_project,
+)
 
 WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", "/workspace"))
 SOURCE = WORKSPACE / "source"
@@ -117,6 +127,9 @@ class AgentJob:
             use_local_stack_only=bool(job.get("useLocalStackOnly")),
             message=str(job.get("message") or ""),
             pulumi_home=WORKSPACE / "home",
+            target_dependents=bool(job.get("targetDependents")),
+            run_program=bool(job.get("runProgram")),
+            environments=tuple(str(name) for name in job.get("environment") or ()),
         )
 
 
@@ -162,7 +175,7 @@ def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Out
         if isinstance(failed, Outcome):
             return failed
     try:
-        work_dir = program_dir(SOURCE, job.job.get("repoDir"))
+        work_dir = _program_dir(job)
     except ProgramDirError as err:
         return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
     request = job.request(work_dir, environ)
@@ -199,13 +212,43 @@ def local_runner(environ: Mapping[str, str]) -> LocalRunner:
 
 
 def _checkout(job: AgentJob, started: datetime) -> Outcome | None:
-    """Check the job's commit out into ``SOURCE``; the failed outcome, or None."""
+    """Lay the job's source out in ``SOURCE``; the failed outcome, or None.
+
+    A git commit is checked out (shallowly if the job says so); a Flux artifact is
+    downloaded, its digest verified before anything is unpacked, and unpacked safely; a
+    rendered Program is written as ``Pulumi.yaml``.
+    """
     spec = job.job
+    if "project" in spec:
+        write_project(SOURCE, str(spec["project"]))
+        return None
+    if "artifact" in spec:
+        artifact = spec["artifact"]
+        try:
+            fetch_artifact(str(artifact["url"]), str(artifact["digest"]), SOURCE)
+        except SourceError as err:
+            # A digest mismatch or an unsafe archive never fixes itself: only a new artifact.
+            kind = ErrorKind.SETUP_FAILED if err.transient else ErrorKind.PROGRAM_INVALID
+            return _failed(job, started, kind, f"fetching the Flux artifact: {err}")
+        return None
     try:
-        checkout(spec["repo"], SOURCE, commit=spec["commit"], credentials=job.credentials())
+        checkout(
+            spec["repo"],
+            SOURCE,
+            commit=spec["commit"],
+            credentials=job.credentials(),
+            shallow=bool(spec.get("shallow")),
+        )
     except SourceError as err:
         return _failed(job, started, ErrorKind.SETUP_FAILED, f"checking the source out: {err}")
     return None
+
+
+def _program_dir(job: AgentJob) -> Path:
+    """The program's directory in ``SOURCE`` (``ProgramDirError`` when it is not there)."""
+    if "artifact" in job.job:
+        return program_dir(SOURCE, job.job.get("dir"), "spec.fluxSource.dir")
+    return program_dir(SOURCE, job.job.get("repoDir"))
 
 
 def _forget_environment() -> None:

@@ -2,8 +2,10 @@
 
 The manager's flags (``controller.config``) are those of any controller; the operator adds
 where Pulumi works (``--work-dir``), which backend Stacks default to, how long a run may
-take, how failures are retried, and which runner runs Pulumi (``--runner``). Every flag
-can also be set as ``PSO_<FLAG_NAME>`` (a flag on the command line wins).
+take, how failures are retried, and which runner runs Pulumi (``--runner``); it names the
+manager's selector flag ``--stack-selector`` (the Stacks of one shard; the Lease follows
+the selector). Every flag can also be set as ``PSO_<FLAG_NAME>`` (a flag on the command
+line wins).
 """
 
 from __future__ import annotations
@@ -238,12 +240,17 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+SELECTOR_FLAG = "--stack-selector"
+"""Only the Stacks whose labels match this selector are managed (``Config.label_selector``)."""
+
 APPLICATION = Application(
     prog="pulumi-stack-operator",
     description="Reconcile pulumi.com/v1 Stacks through the Pulumi Automation API.",
     env_prefix=ENV_PREFIX,
     lease_name="pulumi-stack-operator",
     add_flags=add_flags,
+    selector_flag=SELECTOR_FLAG,
+    objects="Stacks",
 )
 
 

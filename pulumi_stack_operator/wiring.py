@@ -4,6 +4,14 @@ One place decides what talks to what: the status writer reads and records throug
 manager's read-your-writes view; metrics, the acknowledger and the Event recorder hang off
 the manager's registry, handlers, closers and liveness checks; the runner is the one
 ``--runner`` names.
+
+With ``--stack-selector`` (a shard) a Stack can leave this process while it works on it:
+the informer then delivers a delete, which is not the Stack's deletion. So, in a shard,
+the run interrupter only hears deletions announced by ``deletionTimestamp`` (a departure
+stops the run as a shutdown does: the manager releases its reconcile), no Event is posted
+about a Stack this process no longer has, and an update another instance left unconcluded
+is not taken for a dead one (``Settings.sole_runner``): it may be another shard's, still
+running, and its lock is waited for instead of broken.
 """
 
 from __future__ import annotations
@@ -13,15 +21,25 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
+from controller.cache import Object, ObjectKey
+from controller.informer import DeletedFinalStateUnknown
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
 from pulumi_stack_operator.pulumi_cli import pulumi_command
+from pulumi_stack_operator.source_watch import SourceWatch
 from reconcile.accounts import ServiceAccountReader
 from reconcile.acknowledge import Acknowledger
-from reconcile.collaborators import Collaborators, GitSource, StackPatcher
+from reconcile.collaborators import (
+    Collaborators,
+    EventPoster,
+    GitSource,
+    ObjectView,
+    StackPatcher,
+)
 from reconcile.interrupts import RunInterrupts
 from reconcile.policy import Policy
 from reconcile.refs import SecretReader
@@ -103,6 +121,44 @@ def prepare_work_root(work_dir: str) -> tuple[Path, Path]:
     return work_root, plugin_store
 
 
+class DeletionsAnnounced:
+    """An informer handler forwarding adds and updates only (for a shard's run interrupter).
+
+    In a shard a delete event may be a Stack leaving the selection, not its deletion; a
+    deletion of a Stack with the finalizer is announced by an update first
+    (``deletionTimestamp``), which is forwarded.
+    """
+
+    def __init__(self, handler: RunInterrupts) -> None:
+        """Forward to ``handler``."""
+        self._handler = handler
+
+    def on_add(self, obj: Object) -> None:
+        """Forward."""
+        self._handler.on_add(obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        """Forward."""
+        self._handler.on_update(old, new)
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        """Drop: the manager stops the Stack's reconcile as on shutdown."""
+
+
+class SelectedEvents:
+    """Posts Events only about Stacks this process still has (a shard's Event poster)."""
+
+    def __init__(self, poster: EventPoster, view: ObjectView) -> None:
+        """Post through ``poster`` when ``view`` still has the Stack."""
+        self._poster, self._view = poster, view
+
+    def post(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post, unless the Stack has left this process's selection (or is gone)."""
+        if self._view.get(ObjectKey.of(obj)) is None:
+            return
+        self._poster.post(obj, type_, reason, message)
+
+
 def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> Settings:
     """The reconciler's settings from the flags and the manager's leader election."""
     manager = cfg.manager
@@ -113,7 +169,9 @@ def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> S
         max_run_timeout=cfg.max_run_timeout,
         tenancy=cfg.tenancy,
         identity=manager.identity,
-        sole_runner=manager.leader_elect,
+        # The Lease makes this replica its shard's only runner, but a Stack that moved in
+        # from another shard may still have that shard's update running.
+        sole_runner=manager.leader_elect and manager.label_selector.empty,
         # A deposed leader stops renewing at renew_deadline and kills its CLI at most
         # DEFAULT_INTERRUPT_GRACE later; we hold the Lease lease_duration after its last
         # renewal at the earliest.
@@ -159,14 +217,28 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
 
     acknowledger = Acknowledger(writer, context.view, active=active, clock=context.clock)
     interrupts = RunInterrupts()
-    context.handlers.extend((acknowledger, interrupts))
-    context.closers.extend((acknowledger.close, writer.close, recorder.close))
-    context.liveness_checks.extend((acknowledger.alive, writer.alive, recorder.alive))
+    sharded = not cfg.manager.label_selector.empty
+    context.handlers.extend(
+        (acknowledger, DeletionsAnnounced(interrupts) if sharded else interrupts)
+    )
+    # Programs and Flux sources: their informers enqueue the (selected) Stacks naming them.
+    sources = SourceWatch(
+        context.api_client,
+        context.config.namespaces or (None,),
+        context.store,
+        context.enqueue,
+        context.clock,
+    )
+    context.starters.append(sources.run)
+    context.closers.extend((acknowledger.close, writer.close, recorder.close, sources.stop))
+    context.liveness_checks.extend(
+        (acknowledger.alive, writer.alive, recorder.alive, sources.alive)
+    )
     parts = Collaborators(
         runner=RUNNERS[cfg.runner](context, cfg, plugin_store),
         writer=writer,
         view=context.view,
-        events=recorder,
+        events=SelectedEvents(recorder, context.view) if sharded else recorder,
         metrics=metrics,
         secrets=functools.partial(SecretReader, context.api_client),
         patcher=StackPatcher(context.api_client),
@@ -174,6 +246,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         clock=context.clock,
         interrupts=interrupts,
         accounts=ServiceAccountReader(context.api_client) if cfg.runner == "pod" else None,
+        objects=sources,
     )
     return StackReconciler(parts, settings(cfg, context, work_root))
 

@@ -37,9 +37,18 @@ from reconcile.accounts import AccountSource
 from reconcile.context import Mutation
 from reconcile.interrupts import RunInterrupts
 from reconcile.resource import GROUP, PLURAL, VERSION
+from reconcile.sources import SourceObjects
 from reconcile.spec import ResourceRef
+from reconcile.spec.model import ConfigMapKeyRef
 from workspace.runner import InstallRecord, Runner
-from workspace.source import GitCredentials, checkout, program_dir, resolve_revision
+from workspace.source import (
+    GitCredentials,
+    checkout,
+    fetch_artifact,
+    program_dir,
+    resolve_revision,
+    write_project,
+)
 
 
 class StatusSink(Protocol):
@@ -107,7 +116,7 @@ class UpdateMetrics(Protocol):
 
 
 class SecretSource(Protocol):
-    """Resolves a Stack's references (Secret keys, literals) in one namespace."""
+    """Resolves a Stack's references (Secret keys, literals, ConfigMap keys) in one namespace."""
 
     def resolve(self, ref: ResourceRef) -> str:
         """The value ``ref`` points at (``MissingSecretError`` when it is missing)."""
@@ -115,6 +124,10 @@ class SecretSource(Protocol):
 
     def resolve_all(self, refs: Mapping[str, ResourceRef]) -> dict[str, str]:
         """Resolve every ref of a mapping (name → value)."""
+        ...
+
+    def config_value(self, ref: ConfigMapKeyRef) -> str:
+        """The value of a ``configRef`` entry (``MissingConfigMapError`` when it is missing)."""
         ...
 
 
@@ -130,13 +143,30 @@ class Source(Protocol):
         ...
 
     def checkout(
-        self, url: str, work_dir: Path, commit: str, credentials: GitCredentials | None
+        self,
+        url: str,
+        work_dir: Path,
+        commit: str,
+        credentials: GitCredentials | None,
+        *,
+        shallow: bool = True,
     ) -> None:
-        """Make ``work_dir`` a working tree at ``commit`` (``SourceError`` on failure)."""
+        """Make ``work_dir`` a working tree at ``commit`` (``SourceError`` on failure).
+
+        ``shallow``: fetch only the commit, not its history.
+        """
         ...
 
-    def program_dir(self, checkout: Path, repo_dir: str | None) -> Path:
-        """``spec.repoDir`` inside ``checkout`` (``ProgramDirError`` when it is not there)."""
+    def fetch_artifact(self, url: str, digest: str, work_dir: Path) -> None:
+        """Make ``work_dir`` the verified, unpacked Flux artifact (``SourceError``)."""
+        ...
+
+    def write_project(self, work_dir: Path, project: str) -> None:
+        """Make ``work_dir`` a directory holding only ``Pulumi.yaml`` with ``project``."""
+        ...
+
+    def program_dir(self, checkout: Path, repo_dir: str | None, field: str = ...) -> Path:
+        """``repo_dir`` inside ``checkout`` (``ProgramDirError``, naming ``field``, if not)."""
         ...
 
 
@@ -153,21 +183,37 @@ class MetadataPatcher(Protocol):
 
 
 class GitSource:
-    """``Source`` over ``workspace.source``: the real git."""
+    """``Source`` over ``workspace.source``: the real git, Flux artifacts, written projects."""
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
         """``workspace.source.resolve_revision``."""
         return resolve_revision(url, branch, credentials)
 
     def checkout(
-        self, url: str, work_dir: Path, commit: str, credentials: GitCredentials | None
+        self,
+        url: str,
+        work_dir: Path,
+        commit: str,
+        credentials: GitCredentials | None,
+        *,
+        shallow: bool = True,
     ) -> None:
         """``workspace.source.checkout``."""
-        checkout(url, work_dir, commit=commit, credentials=credentials)
+        checkout(url, work_dir, commit=commit, credentials=credentials, shallow=shallow)
 
-    def program_dir(self, checkout: Path, repo_dir: str | None) -> Path:
+    def fetch_artifact(self, url: str, digest: str, work_dir: Path) -> None:
+        """``workspace.source.fetch_artifact``."""
+        fetch_artifact(url, digest, work_dir)
+
+    def write_project(self, work_dir: Path, project: str) -> None:
+        """``workspace.source.write_project``."""
+        write_project(work_dir, project)
+
+    def program_dir(
+        self, checkout: Path, repo_dir: str | None, field: str = "spec.repoDir"
+    ) -> Path:
         """``workspace.source.program_dir``."""
-        return program_dir(checkout, repo_dir)
+        return program_dir(checkout, repo_dir, field)
 
 
 class StackPatcher:
@@ -204,6 +250,8 @@ class Collaborators:
     secrets: SecretsFor
     patcher: MetadataPatcher
     source: Source = dataclasses.field(default_factory=GitSource)
+    objects: SourceObjects | None = None
+    """The informer caches of Flux sources and Programs (None: none is watched)."""
     clock: Clock = dataclasses.field(default_factory=RealClock)
     interrupts: RunInterrupts = dataclasses.field(default_factory=RunInterrupts)
     accounts: AccountSource | None = None

@@ -16,6 +16,7 @@ from controller.cache import ObjectKey
 from reconcile import backend as backends
 from reconcile.decide import Decision, Observed, Requests
 from reconcile.policy import Policy
+from reconcile.sources import Revision
 from reconcile.spec import StackSpec
 from reconcile.tenancy import Tenancy
 from workspace.source import GitCredentials
@@ -114,6 +115,12 @@ class Inputs:
     env: dict[str, str] = dataclasses.field(repr=False)
     secret_config: dict[str, str] = dataclasses.field(repr=False)
     backend: str | None
+    mapped_config: dict[str, str] = dataclasses.field(default_factory=dict)
+    """``configRef``'s values (config key → value), read from ConfigMaps."""
+
+    def config(self, spec: StackSpec) -> dict[str, str]:
+        """The run's plain config: ``spec.config``, with ``configRef``'s values winning."""
+        return {**spec.config, **self.mapped_config}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +132,8 @@ class Plan:
     decision: Decision
     inputs: Inputs
     credentials: GitCredentials | None = dataclasses.field(repr=False)
+    revision: Revision | None = None
+    """What the run deploys beyond a commit: a Flux artifact or a rendered Program (None: git)."""
 
     @property
     def operation(self) -> str:

@@ -6,13 +6,19 @@ prepared or fails keeps the finalizer and says why (``DeletionBlocked``, retried
 backoff) until it succeeds or the user gives up on it (``destroyOnFinalize: false``, or
 removing the finalizer). Then the finalizer goes, with the Stack's work directory.
 A spec that does not parse destroys nothing: nothing can have been deployed from it by us.
+A Stack whose Flux source or Program is gone is destroyed from the project the last run
+recorded (``status.projectInfo``), unless ``runProgram`` asks for the program itself.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+import yaml
 
 from controller.reconciler import Result, TransientError
 from reconcile import verdict as verdicts
@@ -26,9 +32,30 @@ from reconcile.prepare import Preparer, RemoteSpecError
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
 from reconcile.run import observe_update
+from reconcile.sources import ProgramInvalidError, Revision, SourceNotReadyError
 from reconcile.spec import SpecError, StackSpec, parse_spec
+from reconcile.spec.program import program_revision
 from workspace.runner import Detached
-from workspace.source import ProgramDirError, SourceError
+from workspace.source import GitCredentials, ProgramDirError, SourceError
+
+log = structlog.get_logger(__name__)
+
+
+class SourceUnusableError(Exception):
+    """No source to destroy with: it is gone or invalid, and no project was recorded."""
+
+
+def minimal_project(info: Any) -> str | None:  # noqa: ANN401 - a status field, any JSON
+    """A ``Pulumi.yaml`` naming only the project and runtime of ``status.projectInfo``.
+
+    None when ``info`` does not hold both as non-empty strings.
+    """
+    if not isinstance(info, dict | Mapping):
+        return None
+    name, runtime = info.get("name"), info.get("runtime")
+    if not (isinstance(name, str) and name and isinstance(runtime, str) and runtime):
+        return None
+    return yaml.safe_dump({"name": name, "runtime": runtime}, sort_keys=True)
 
 
 def has_finalizer(at: Pass) -> bool:
@@ -75,7 +102,13 @@ class Finalizer:
         try:
             plan = self._plan(at, spec)
             request = self._preparer.request(at, plan)
-        except (MissingSecretError, SourceError, ProgramDirError, RemoteSpecError) as err:
+        except (
+            MissingSecretError,
+            SourceError,
+            SourceUnusableError,
+            ProgramDirError,
+            RemoteSpecError,
+        ) as err:
             blocked = verdicts.deletion_blocked(f"cannot prepare destroy: {err}", FINALIZER)
             self._effects.execute(at, blocked)
             return
@@ -92,14 +125,30 @@ class Finalizer:
         """What the destroy runs: the Stack's source at its current commit, its Secrets."""
         secrets = self._parts.secrets(at.key.namespace)
         credentials = self._preparer.credentials(spec, secrets)
-        commit = self._preparer.commit(spec, credentials)
+        revision = self._revision(at, spec, credentials)
         refused = refused_account(self._parts.accounts, self._settings, at.key.namespace, spec)
         if refused is not None:
             raise RemoteSpecError(refused)
         now = self._parts.clock.wall()
-        observed = Observed(at.generation, at.status, Requests(), commit, now)
+        observed = Observed(at.generation, at.status, Requests(), revision.commit, now)
         inputs = self._preparer.inputs(at.key, spec, secrets)
-        return Plan(spec, observed, Decision(why="delete"), inputs, credentials)
+        return Plan(spec, observed, Decision(why="delete"), inputs, credentials, revision)
+
+    def _revision(self, at: Pass, spec: StackSpec, credentials: GitCredentials | None) -> Revision:
+        """The source to destroy with; without one, the project the last run recorded.
+
+        ``pulumi destroy`` without ``runProgram`` reads only the project's name and runtime,
+        so a Stack whose Flux source or Program is gone (often deleted with it) is still
+        destroyed from ``status.projectInfo``.
+        """
+        try:
+            return self._preparer.revision(at.key, spec, credentials)
+        except (SourceNotReadyError, ProgramInvalidError) as err:
+            project = minimal_project(at.status.get("projectInfo"))
+            if spec.run_program or project is None:
+                raise SourceUnusableError(str(err)) from err
+            log.info("Destroying from status.projectInfo: the source is not there", why=str(err))
+            return Revision(program_revision(project), project=project)
 
     def _set(self, at: Pass, change: Callable[[list[str]], list[str]]) -> None:
         """Patch the finalizers of the newest Stack this process knows.

@@ -44,7 +44,15 @@ def resync_period(spec: StackSpec) -> float | None:
     return None
 
 
-NEEDS_A_CHANGE = frozenset({Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC})
+NEEDS_A_CHANGE = frozenset(
+    {
+        Reason.PROGRAM_INVALID,
+        Reason.STACK_NOT_FOUND,
+        Reason.INVALID_SPEC,
+        Reason.ARTIFACT_DIGEST_MISMATCH,
+        Reason.ARTIFACT_UNSAFE,
+    }
+)
 """Failures no retry can mend: the program, the stack or the spec must change first.
 
 (``InvalidSpec`` from a run: ``spec.repoDir`` names no directory inside the commit.)

@@ -1,10 +1,13 @@
-"""Everything a run needs before the runner gets it: credentials, commit, Secrets, checkout.
+"""Everything a run needs before the runner gets it: credentials, revision, Secrets, source.
 
 ``Preparer`` resolves, in the order the reconciler needs them: the git credentials and the
-commit (before deciding whether a run is due), the Secrets of the run's environment and
-config (before it is reported started: a missing Secret stalls the Stack once instead of
-flapping with each write), then checks the commit out and builds the ``UpdateRequest``.
-Secret values go only into the request; they are never logged.
+revision (before deciding whether a run is due: a git commit, a Flux artifact, a rendered
+Program), the Secrets and ConfigMap keys of the run's environment and config (before it is
+reported started: a missing one stalls the Stack once instead of flapping with each write),
+then lays the program out (a git checkout, a verified and unpacked Flux artifact, a written
+``Pulumi.yaml``) and builds the ``UpdateRequest``. With runs in pods nothing is laid out
+here: the run pod fetches its source itself, from references in its job. Secret values go
+only into the request; they are never logged.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 from controller.cache import ObjectKey
 from controller.clock import parse_time
 from reconcile import backend as backends
-from reconcile import tenancy
+from reconcile import sources, tenancy
 from reconcile.collaborators import SecretSource, Source
 from reconcile.context import Inputs, Pass, Plan, Settings
 from reconcile.decide import NEW_GENERATION
+from reconcile.sources import Revision, SourceObjects
 from reconcile.spec import GitAuth, ResourceRef, StackSpec
 from workspace.runner import RunJob, SecretEnvNames, UpdateRequest
 from workspace.runner.job import GIT_ENV_PREFIX
@@ -31,9 +35,15 @@ from workspace.source import GitCredentials
 class Preparer:
     """Prepares runs of Stacks from ``source`` under ``settings.work_root``."""
 
-    def __init__(self, source: Source, settings: Settings) -> None:
-        """Fetch programs from ``source``; lay out each Stack's directory per ``settings``."""
+    def __init__(
+        self, source: Source, settings: Settings, objects: SourceObjects | None = None
+    ) -> None:
+        """Fetch programs from ``source``; lay out each Stack's directory per ``settings``.
+
+        ``objects`` are the caches of Flux sources and Programs (None: neither is watched).
+        """
         self._source, self._settings = source, settings
+        self._source_objects = objects
 
     @staticmethod
     def credentials(spec: StackSpec, secrets: SecretSource) -> GitCredentials | None:
@@ -53,19 +63,42 @@ class Preparer:
             ssh_passphrase=value(auth.ssh_password),
         )
 
-    def commit(self, spec: StackSpec, credentials: GitCredentials | None) -> str:
-        """The commit to deploy: the pinned one, else the branch's (``SourceError``)."""
+    def revision(
+        self, key: ObjectKey, spec: StackSpec, credentials: GitCredentials | None
+    ) -> Revision:
+        """What a run would deploy now.
+
+        git: the pinned commit, else the branch's (``SourceError``); a Flux source: its
+        artifact; a Program: its rendered project (``SourceNotReadyError`` while there is
+        none, ``ProgramInvalidError`` for a Program that cannot render).
+        """
+        if spec.flux_source is not None:
+            return sources.flux_revision(self._objects(), key.namespace, spec.flux_source)
+        if spec.program_ref is not None:
+            return sources.program_source(self._objects(), key.namespace, spec.program_ref)
         if spec.commit:
-            return spec.commit
-        return self._source.resolve(str(spec.project_repo), str(spec.branch), credentials)
+            return Revision(spec.commit)
+        url = str(spec.project_repo)
+        return Revision(self._source.resolve(url, str(spec.branch), credentials))
+
+    def _objects(self) -> SourceObjects:
+        if self._source_objects is None:
+            msg = "this operator watches no Flux sources or Programs"
+            raise sources.SourceNotReadyError(msg)
+        return self._source_objects
 
     def inputs(self, key: ObjectKey, spec: StackSpec, secrets: SecretSource) -> Inputs:
-        """Resolve the Secrets a run needs (``MissingSecretError`` when one is missing)."""
+        """Resolve the Secrets and ConfigMap keys a run needs.
+
+        Raises ``MissingSecretError`` (``MissingConfigMapError`` for a ConfigMap) when one
+        is missing.
+        """
         env = secrets.resolve_all(spec.env_refs)
         backend = self._settings.backend(key, spec)
         if backend:
             env["PULUMI_BACKEND_URL"] = backend
-        return Inputs(env, secrets.resolve_all(spec.secrets_ref), backend)
+        mapped = {name: secrets.config_value(ref) for name, ref in spec.config_ref.items()}
+        return Inputs(env, secrets.resolve_all(spec.secrets_ref), backend, mapped)
 
     def request(self, at: Pass, plan: Plan) -> UpdateRequest:
         """Check the source out and build the runner's request.
@@ -80,30 +113,47 @@ class Preparer:
         key = at.key
         if self._settings.remote_runs:
             return self._remote_request(at, plan)
-        spec, observed = plan.spec, plan.observed
+        spec = plan.spec
         stack_dir = self._settings.stack_dir(key)
-        source = stack_dir / "source"
-        source.parent.mkdir(parents=True, exist_ok=True)
-        self._source.checkout(str(spec.project_repo), source, observed.commit, plan.credentials)
+        work_dir = self._lay_out(plan, stack_dir / "source")
         local = backends.local_directory(plan.inputs.backend or "")
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
         message = _message(key, plan)
         return UpdateRequest(
-            work_dir=self._source.program_dir(source, spec.repo_dir),
+            work_dir=work_dir,
             stack=spec.stack,
             env=plan.inputs.env,
-            config=dict(spec.config),
+            config=plan.inputs.config(spec),
             secret_config=plan.inputs.secret_config,
             secrets_provider=spec.secrets_provider,
             refresh=spec.refresh,
             expect_no_refresh_changes=spec.expect_no_refresh_changes,
             preview=spec.preview,
             targets=spec.targets,
+            target_dependents=spec.target_dependents,
+            run_program=spec.run_program,
+            environments=spec.environments,
             use_local_stack_only=spec.use_local_stack_only,
             message=message,
             pulumi_home=stack_dir / "home",
         )
+
+    def _lay_out(self, plan: Plan, source: Path) -> Path:
+        """Put the program's source at ``source``; the program's directory in it."""
+        spec, revision = plan.spec, plan.revision
+        source.parent.mkdir(parents=True, exist_ok=True)
+        if revision is not None and revision.project is not None:
+            self._source.write_project(source, revision.project)
+            return self._source.program_dir(source, None)
+        if revision is not None and revision.artifact is not None:
+            artifact = revision.artifact
+            self._source.fetch_artifact(artifact.url, artifact.digest, source)
+            flux_dir = spec.flux_source.dir if spec.flux_source else None
+            return self._source.program_dir(source, flux_dir, "spec.fluxSource.dir")
+        url, commit = str(spec.project_repo), plan.observed.commit
+        self._source.checkout(url, source, commit, plan.credentials, shallow=spec.shallow)
+        return self._source.program_dir(source, spec.repo_dir)
 
     def _remote_request(self, at: Pass, plan: Plan) -> UpdateRequest:
         """The request of a run elsewhere: the job, and no checkout or secret value.
@@ -121,12 +171,15 @@ class Preparer:
             work_dir=Path(WORKSPACE_SOURCE),
             stack=spec.stack,
             env={},
-            config=dict(spec.config),
+            config=plan.inputs.config(spec),
             secrets_provider=spec.secrets_provider,
             refresh=spec.refresh,
             expect_no_refresh_changes=spec.expect_no_refresh_changes,
             preview=spec.preview,
             targets=spec.targets,
+            target_dependents=spec.target_dependents,
+            run_program=spec.run_program,
+            environments=spec.environments,
             use_local_stack_only=spec.use_local_stack_only,
             message=_message(at.key, plan),
             job=self.job(at, plan),
@@ -150,19 +203,20 @@ class Preparer:
 
         env = {"PULUMI_BACKEND_URL": plan.inputs.backend} if plan.inputs.backend else {}
         document = {
-            "repo": str(spec.project_repo),
-            "commit": plan.observed.commit,
-            "repoDir": spec.repo_dir,
+            **_job_source(plan),
             "gitAuth": _git_auth(spec.git_auth, git_ref),
             "stack": spec.stack,
             "env": env,
             "envRefs": {name: ref(value) for name, value in spec.env_refs.items()},
-            "config": dict(spec.config),
+            "config": plan.inputs.config(spec),
             "secretConfig": {name: ref(value) for name, value in spec.secrets_ref.items()},
             "secretsProvider": spec.secrets_provider,
             "refresh": spec.refresh,
             "expectNoRefreshChanges": spec.expect_no_refresh_changes,
             "targets": list(spec.targets),
+            "targetDependents": spec.target_dependents,
+            "runProgram": spec.run_program,
+            "environment": list(spec.environments),
             "useLocalStackOnly": spec.use_local_stack_only,
             "message": _message(at.key, plan),
         }
@@ -181,12 +235,53 @@ class Preparer:
             image=workspace.image,
             image_pull_policy=workspace.image_pull_policy,
             overrides=workspace.pod_json,
+            # A destroy at deletion keeps no pod: nothing would replace it.
+            reclaim="Delete" if plan.decision.why == "delete" else spec.workspace_reclaim_policy,
             timeout=self._settings.timeout(spec),
             changed_at=spec_written(at.obj) if plan.decision.why == NEW_GENERATION else None,
         )
 
 
 WORKSPACE_SOURCE = "/workspace/source"
+
+MAX_JOB_PROJECT_BYTES = 64 * 1024
+"""Largest rendered Program a run pod's job carries (UTF-8 bytes).
+
+The job travels in one environment variable of the run pod, which Linux caps at 128 KiB
+with everything else the job holds (config included).
+"""
+
+
+def _job_source(plan: Plan) -> dict[str, Any]:
+    """The job's source: a git commit, a Flux artifact to verify, or a rendered project.
+
+    Raises:
+        RemoteSpecError: a rendered Program too large to travel in the job.
+    """
+    spec, revision = plan.spec, plan.revision
+    if revision is not None and revision.project is not None:
+        size = len(revision.project.encode())
+        if size > MAX_JOB_PROJECT_BYTES:
+            msg = (
+                f'spec.programRef: Program "{spec.program_ref}" renders to {size} bytes, more '
+                f"than the {MAX_JOB_PROJECT_BYTES} a run pod's job carries: split the Program, or "
+                "keep the program in git (projectRepo) or a Flux source (fluxSource)"
+            )
+            raise RemoteSpecError(msg)
+        return {"project": revision.project, "commit": revision.commit}
+    if revision is not None and revision.artifact is not None:
+        artifact = revision.artifact
+        return {
+            "artifact": {"url": artifact.url, "digest": artifact.digest},
+            "commit": revision.commit,
+            "dir": spec.flux_source.dir if spec.flux_source else None,
+        }
+    return {
+        "repo": str(spec.project_repo),
+        "commit": plan.observed.commit,
+        "repoDir": spec.repo_dir,
+        "shallow": spec.shallow,
+    }
 
 
 class RemoteSpecError(ValueError):
@@ -230,10 +325,11 @@ def spec_written(obj: Mapping[str, Any]) -> datetime | None:
 
 def _message(key: ObjectKey, plan: Plan) -> str:
     observed = plan.observed
-    return (
-        f"pulumi-stack-operator: {key} generation {observed.generation} "
-        f"commit {observed.commit[:12]}"
-    )
+    if plan.spec.source_kind == "git":
+        what = f"commit {observed.commit[:12]}"
+    else:
+        what = f"revision {sources.short_revision(observed.commit)}"
+    return f"pulumi-stack-operator: {key} generation {observed.generation} {what}"
 
 
 def _git_auth(

@@ -18,6 +18,7 @@ from typing import Any
 from reconcile.budget import capped_outputs
 from reconcile.context import Mutation
 from reconcile.decide import Observed
+from reconcile.sources import short_revision
 from reconcile.verdict import summary
 from status import conditions as cond
 from workspace.runner import ErrorKind, Outcome, Progress
@@ -83,8 +84,12 @@ def progress(
 def concluded(
     observed: Observed, outcome: Outcome, failures: int, now: datetime.datetime
 ) -> Mutation:
-    """Record a finished run (``outcome`` as recorded, ending ``now``) in the status."""
+    """Record a finished run (``outcome`` as recorded, ending ``now``) in the status.
+
+    ``projectInfo`` is the project the run read (kept when the run did not get that far).
+    """
     last = last_update(observed, outcome, failures, now)
+    project = outcome.project
 
     def apply(status: Mapping[str, Any]) -> dict[str, Any]:
         new = dict(status)
@@ -92,6 +97,8 @@ def concluded(
         new["history"] = history(status, outcome, observed)
         if outcome.succeeded and outcome.operation == "up":
             new["outputs"] = capped_outputs(outcome.outputs)
+        if project is not None:
+            new["projectInfo"] = {"name": project.name, "runtime": project.runtime}
         return new
 
     return apply
@@ -107,7 +114,7 @@ def last_update(
         "type": outcome.operation,
         "generation": observed.generation,
         "lastAttemptedCommit": observed.commit,
-        "shortCommit": observed.commit[:7],
+        "shortCommit": short_revision(observed.commit),
         "lastResyncTime": cond.now_rfc3339(now),
         "message": outcome.message if not outcome.succeeded else summary(outcome),
         "failures": failures,
@@ -141,7 +148,7 @@ def not_started(
         "type": operation,
         "generation": observed.generation,
         "lastAttemptedCommit": observed.commit,
-        "shortCommit": observed.commit[:7],
+        "shortCommit": short_revision(observed.commit),
         "lastResyncTime": cond.now_rfc3339(now),
         "message": message,
         "failures": failures,

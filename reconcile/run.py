@@ -32,6 +32,7 @@ from reconcile.collaborators import Collaborators, StatusSink
 from reconcile.context import Pass, Plan, Settings
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operated, Operator
+from reconcile.policy import backoff
 from reconcile.prepare import Preparer, RemoteSpecError
 from status.conditions import Reason
 from workspace.runner import Detached, Progress
@@ -67,7 +68,7 @@ class Runs:
             request = self._preparer.request(at, plan)
         except SourceError as err:
             if err.transient:
-                return self._effects.execute(at, verdicts.source_unreachable(str(err), say_so=True))
+                return self._not_started(at, plan, Reason.SOURCE_UNAVAILABLE, str(err), retry=True)
             return self._not_started(at, plan, verdicts.source_reason(err.reason), str(err))
         except (ProgramDirError, RemoteSpecError) as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
@@ -165,12 +166,24 @@ class Runs:
         fields = report.concluded(plan.observed, outcome, plan.previous_failures, now)
         self._effects.execute(at, verdict, also=fields, now=now)
 
-    def _not_started(self, at: Pass, plan: Plan, reason: Reason, message: str) -> Result:
-        """Conclude an announced run that could not start: Stalled, recorded as failed."""
+    def _not_started(
+        self, at: Pass, plan: Plan, reason: Reason, message: str, *, retry: bool = False
+    ) -> Result:
+        """Conclude an announced run that could not start, recorded as failed.
+
+        Stalled; or with ``retry`` (its source did not answer) retrying after the
+        failures' backoff.
+        """
         now = self._parts.clock.wall()
-        verdict = verdicts.not_started(
-            reason, message, plan.previous_failures, fresh=plan.decision.fresh
-        )
+        fresh, previous = plan.decision.fresh, plan.previous_failures
+        if retry:
+            failures = 1 if fresh else previous + 1
+            wait = backoff(failures, plan.spec, self._settings.policy)
+            verdict = verdicts.not_started_retrying(
+                message, previous, fresh=fresh, retry_after=wait
+            )
+        else:
+            verdict = verdicts.not_started(reason, message, previous, fresh=fresh)
         failures = verdict.failures or 0
         fields = report.not_started(plan.observed, plan.operation, message, failures, now)
         return self._effects.execute(at, verdict, also=fields, now=now)

@@ -39,11 +39,19 @@ from reconcile.decide import Decision, Observed, decide
 from reconcile.effects import Effects
 from reconcile.finalize import Finalizer, has_finalizer
 from reconcile.prepare import Preparer
-from reconcile.refs import MissingSecretError
+from reconcile.refs import MissingConfigMapError, MissingSecretError
 from reconcile.resource import FINALIZER, GROUP, KIND, PLURAL, VERSION
 from reconcile.run import Runs
-from reconcile.spec import SpecError, StackSpec, check_stack_for_backend, parse_spec
+from reconcile.sources import ProgramInvalidError, SourceNotReadyError
+from reconcile.spec import (
+    SpecError,
+    StackSpec,
+    check_environments_for_backend,
+    check_stack_for_backend,
+    parse_spec,
+)
 from status import conditions as cond
+from status.conditions import Reason
 from workspace.source import SourceError
 
 __all__ = [
@@ -65,7 +73,7 @@ class StackReconciler:
         """Wire the collaborators; nothing runs until ``reconcile``."""
         self._parts, self._settings = parts, settings
         self._effects = Effects(parts.writer, parts.events, parts.clock)
-        self._preparer = Preparer(parts.source, settings)
+        self._preparer = Preparer(parts.source, settings, parts.objects)
         self._runs = Runs(parts, settings, self._effects, self._preparer)
         self._finalizer = Finalizer(parts, settings, self._effects, self._preparer)
 
@@ -95,7 +103,9 @@ class StackReconciler:
             spec = parse_spec(at.obj.get("spec") or {}, key.namespace)
         except SpecError as err:
             return self._effects.execute(at, verdicts.invalid_spec(str(err)))
-        problem = check_stack_for_backend(spec.stack, self._settings.backend(key, spec))
+        backend = self._settings.backend(key, spec)
+        problem = check_stack_for_backend(spec.stack, backend)
+        problem = problem or check_environments_for_backend(spec.environments, backend)
         if problem is None and self._settings.remote_runs:
             problem = tenancy.refusal(spec, self._settings.tenancy)
         if problem is not None:
@@ -127,8 +137,8 @@ class StackReconciler:
         # a missing Secret stalls the Stack once, instead of flapping with each write.
         try:
             credentials = self._preparer.credentials(spec, secrets)
-            commit = self._preparer.commit(spec, credentials)
-            observed = Observed(at.generation, at.status, at.requests, commit, now)
+            revision = self._preparer.revision(at.key, spec, credentials)
+            observed = Observed(at.generation, at.status, at.requests, revision.commit, now)
             decision = decide(spec, observed, policy)
             if not decision.due:
                 return self._not_due(at, decision)
@@ -136,22 +146,34 @@ class StackReconciler:
             if refused is not None:
                 return self._effects.execute(at, verdicts.account_refused(refused, policy))
             inputs = self._preparer.inputs(at.key, spec, secrets)
-        except MissingSecretError as err:
-            return self._secret_missing(at, err)
-        except SourceError as err:
-            return self._source_failed(at, err)
-        return self._runs.run(at, Plan(spec, observed, decision, inputs, credentials), stop)
+        except (MissingSecretError, SourceError, SourceNotReadyError, ProgramInvalidError) as err:
+            return self._unavailable(at, err)
+        plan = Plan(spec, observed, decision, inputs, credentials, revision)
+        return self._runs.run(at, plan, stop)
 
     def _not_due(self, at: Pass, decision: Decision) -> Result:
         if decision.exhausted:
             return self._effects.execute(at, verdicts.exhausted(at.status, decision.requeue_after))
         return Result(requeue_after=decision.requeue_after)
 
+    def _unavailable(self, at: Pass, err: Exception) -> Result:
+        """What the Stack says when an input of its run is not there (see each case)."""
+        if isinstance(err, MissingSecretError):
+            return self._secret_missing(at, err)
+        if isinstance(err, SourceError):
+            return self._source_failed(at, err)
+        if isinstance(err, SourceNotReadyError):
+            verdict = verdicts.source_not_ready(str(err), self._settings.policy)
+            return self._effects.execute(at, verdict)
+        return self._effects.execute(at, verdicts.invalid_spec(str(err)))
+
     def _secret_missing(self, at: Pass, err: MissingSecretError) -> Result:
         now, policy = self._parts.clock.wall(), self._settings.policy
-        return self._effects.execute(
-            at, verdicts.secret_not_found(str(err), at.status, now, policy), now=now
-        )
+        reason = Reason.SECRET_NOT_FOUND
+        if isinstance(err, MissingConfigMapError):
+            reason = Reason.CONFIG_MAP_NOT_FOUND
+        verdict = verdicts.secret_not_found(str(err), at.status, now, policy, reason)
+        return self._effects.execute(at, verdict, now=now)
 
     def _source_failed(self, at: Pass, err: SourceError) -> Result:
         if err.transient:

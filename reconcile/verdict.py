@@ -36,6 +36,7 @@ from typing import Any
 
 from controller.clock import parse_time
 from reconcile.policy import NEEDS_A_CHANGE, Policy, backoff, poll_period, resync_period
+from reconcile.sources import revision_text
 from reconcile.spec import StackSpec
 from status import conditions as cond
 from status.conditions import Reason
@@ -50,6 +51,7 @@ EVENTS: Mapping[str, str] = {
     DESTROYED: NORMAL,
     Reason.UPDATE_CONFLICT: NORMAL,
     Reason.DEPENDENCY_NOT_READY: NORMAL,
+    Reason.SOURCE_NOT_READY: NORMAL,
     **dict.fromkeys(
         (
             Reason.UPDATE_FAILED,
@@ -59,8 +61,11 @@ EVENTS: Mapping[str, str] = {
             Reason.UPDATE_TIMED_OUT,
             Reason.INVALID_SPEC,
             Reason.SECRET_NOT_FOUND,
+            Reason.CONFIG_MAP_NOT_FOUND,
             Reason.SOURCE_UNAVAILABLE,
             Reason.AUTHENTICATION_FAILED,
+            Reason.ARTIFACT_DIGEST_MISMATCH,
+            Reason.ARTIFACT_UNSAFE,
             Reason.PROGRAM_INVALID,
             Reason.STACK_NOT_FOUND,
             Reason.RETRIES_EXHAUSTED,
@@ -274,7 +279,7 @@ def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
     )
     if outcome.succeeded:
         done = summary(outcome)
-        message = f"{done} at commit {facts.commit[:7]}"
+        message = f"{done} at {revision_text(facts.commit)}"
         return dataclasses.replace(
             conclusion,
             conditions=Conditions(Shape.SUCCEEDED, Reason.SUCCEEDED, message),
@@ -372,7 +377,8 @@ def run_started(operation: str, commit: str, generation: int, note: str = "") ->
 
     ``note`` (e.g. a deadline the operator cut) follows the message when given.
     """
-    message = f"Running pulumi {operation} at commit {commit[:7]} (generation {generation})"
+    at = revision_text(commit)
+    message = f"Running pulumi {operation} at {at} (generation {generation})"
     if note:
         message = f"{message}; {note}"
     return Verdict(
@@ -391,6 +397,28 @@ def not_started(reason: Reason, message: str, previous_failures: int, *, fresh: 
     return dataclasses.replace(
         stalled(reason, message),
         failures=1 if fresh else previous_failures + 1,
+        ends_run=True,
+    )
+
+
+def not_started_retrying(
+    message: str, previous_failures: int, *, fresh: bool, retry_after: float
+) -> Verdict:
+    """An announced run could not start for now (its source did not answer): retried.
+
+    It counts as a failed attempt, like ``not_started``, so that the next pass waits for
+    the failures' backoff (``decide``) instead of announcing the run again at once: this
+    pass's own status writes come back as watch events, which would otherwise start it
+    again before any backoff. Reconciling (``ProgressingWithRetry``), never Stalled.
+    """
+    return Verdict(
+        conditions=Conditions(
+            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, message, SOURCE_RETRY_MESSAGE
+        ),
+        event=Notice(Reason.SOURCE_UNAVAILABLE, message, on_change=True),
+        requeue_after=retry_after,
+        failures=1 if fresh else previous_failures + 1,
+        handles_request=True,
         ends_run=True,
     )
 
@@ -437,10 +465,29 @@ def dependency_not_ready(message: str, policy: Policy) -> Verdict:
     )
 
 
+def source_not_ready(message: str, policy: Policy) -> Verdict:
+    """A Flux source or Program is missing or not ready: wait (not a failure).
+
+    Its informer brings the change that ends the wait; ``wait_poll`` is the safety net.
+    The status and the Event are written once, on the change, not on every look.
+    """
+    return Verdict(
+        conditions=Conditions(Shape.WAITING, Reason.SOURCE_NOT_READY, message),
+        event=Notice(Reason.SOURCE_NOT_READY, message, on_change=True),
+        requeue_after=policy.wait_poll,
+    )
+
+
 def secret_not_found(
-    message: str, status: Mapping[str, Any], now: datetime.datetime, policy: Policy
+    message: str,
+    status: Mapping[str, Any],
+    now: datetime.datetime,
+    policy: Policy,
+    reason: Reason = Reason.SECRET_NOT_FOUND,
 ) -> Verdict:
     """A referenced Secret or key is missing: Stalled, and look for it again soon.
+
+    ``reason`` is ``ConfigMapNotFound`` for a ``configRef`` ConfigMap, read the same way.
 
     Secrets are not watched (a watch needs list on every Secret of the namespace, the power
     to read them all); instead the look is repeated soon after the Stack stalls and then
@@ -451,13 +498,17 @@ def secret_not_found(
     stalled_at = parse_time(since.get("lastTransitionTime"))
     elapsed = (now - stalled_at).total_seconds() if stalled_at else 0.0
     poll = min(policy.wait_poll, max(1.0, elapsed))
-    return stalled(Reason.SECRET_NOT_FOUND, message, requeue_after=poll)
+    return stalled(reason, message, requeue_after=poll)
 
 
 def source_reason(failure: SourceFailure) -> Reason:
     """The condition reason of a source failure."""
     if failure is SourceFailure.AUTHENTICATION_FAILED:
         return Reason.AUTHENTICATION_FAILED
+    if failure is SourceFailure.ARTIFACT_DIGEST_MISMATCH:
+        return Reason.ARTIFACT_DIGEST_MISMATCH
+    if failure is SourceFailure.ARTIFACT_UNSAFE:
+        return Reason.ARTIFACT_UNSAFE
     return Reason.SOURCE_UNAVAILABLE
 
 

@@ -1,8 +1,10 @@
 """Fixtures that start the real test bed: control plane, Pulumi CLI, git server, Prometheus.
 
-Also, for users' own programs: ``plugin_mirror``, the built Kubernetes provider served as a
-release tarball to the CLI, and ``controller_manager``, kube-controller-manager's namespace
-and garbage-collector controllers beside the control plane (for one test module at a time).
+Also ``flux_source``, the real Flux source-controller on the session's control plane
+(``testbed.flux``), and, for users' own programs: ``plugin_mirror``, the built Kubernetes
+provider served as a release tarball to the CLI, and ``controller_manager``,
+kube-controller-manager's namespace and garbage-collector controllers beside the control
+plane (for one test module at a time).
 
 Each fixture starts the real component on loopback and stops it afterwards. Logs live
 under pytest's base temp directory (kept for the last three runs); when a test fails,
@@ -24,6 +26,9 @@ from testbed.assets import AssetError, find_kube_binary, find_pulumi
 from testbed.control_plane import Binaries, ControlPlane, wait_established
 from testbed.controller_manager import ControllerManager
 from testbed.controller_manager import find_binary as find_controller_manager
+from testbed.flux import SourceController
+from testbed.flux import find_binary as find_source_controller
+from testbed.git_http import Account, GitHttpServer
 from testbed.git_server import GitServer
 from testbed.plugin_mirror import Plugin, PluginMirror, kubernetes_provider
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
@@ -35,6 +40,7 @@ pytest_plugins = ("tests.tiers", "tests.durations", "tests.image.fixtures", "tes
 
 PROGRAMS = Path(__file__).parents[1] / "testbed" / "programs"
 STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"
+PROGRAM_CRD = STACK_CRD.with_name("programs.pulumi.com.yaml")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -64,9 +70,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture(scope="session")
 def stack_crd(control_plane: ControlPlane) -> Path:
-    """The Stack CRD, server-side applied once per session and Established."""
-    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(STACK_CRD))
+    """The Stack CRD (and the Program CRD), server-side applied once per session, Established."""
+    for crd in (STACK_CRD, PROGRAM_CRD):
+        control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     wait_established(control_plane.kubectl, "stacks.pulumi.com")
+    wait_established(control_plane.kubectl, "programs.pulumi.com")
     # kubectl caches discovery: refresh it so that "stacks" and the "pulumi" category resolve.
     control_plane.kubectl("api-resources", "--api-group=pulumi.com")
     return STACK_CRD
@@ -184,3 +192,56 @@ def controller_manager(
         yield manager
     finally:
         manager.stop()
+
+
+def source_controller_binary_or_skip() -> Path:
+    """The ``flux`` recipe's source-controller, or skip naming the command that builds it."""
+    try:
+        return find_source_controller(build=False)
+    except AssetError as err:
+        pytest.skip(f"the Flux source-controller is not built: {err}")
+
+
+@pytest.fixture(scope="session")
+def flux_source(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SourceController]:
+    """The Flux source-controller on the session's control plane, its CRDs installed.
+
+    Its artifacts are served on loopback (``flux_source.storage_address``); nothing of it
+    may outlive the session.
+    """
+    binary = source_controller_binary_or_skip()
+    root = tmp_path_factory.mktemp("flux-source")
+    controller = SourceController(binary, control_plane.kubeconfig, control_plane.kubectl, root)
+    try:
+        controller.start()
+        yield controller
+    finally:
+        controller.stop()
+    assert controller.leftovers() == [], f"source-controller left {controller.leftovers()}"
+
+
+@pytest.fixture(scope="module")
+def flux_account() -> Account:
+    """The one account ``flux_git`` accepts (for a GitRepository's basic-auth Secret)."""
+    return Account.random()
+
+
+@pytest.fixture(scope="module")
+def flux_git(
+    tmp_path_factory: pytest.TempPathFactory, flux_account: Account
+) -> Iterator[GitHttpServer]:
+    """Smart HTTP on loopback with basic authentication: what a GitRepository can fetch.
+
+    The source-controller accepts http, https and ssh URLs only (not ``git://``). One per
+    module, not per session: the session's source-controller keeps polling what the
+    module's GitRepositories name, and the ``git`` processes it would make this server
+    start would count against whichever test runs then.
+    """
+    server = GitHttpServer(tmp_path_factory.mktemp("flux-git"), [flux_account])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -257,7 +257,17 @@ FOREIGN_FLAGS: Mapping[str, frozenset[str]] = {
     "helm": frozenset({"--wait", "--namespace", "--create-namespace", "--set"}),
     "docker": frozenset({"--build-arg"}),
     "pytest-xdist": frozenset({"--dist"}),
-    "pulumi": frozenset({"--event-log", "--skip-preview", "--yes", "--no-dependencies"}),
+    "pulumi": frozenset(
+        {
+            "--event-log",
+            "--skip-preview",
+            "--yes",
+            "--no-dependencies",
+            "--target-dependents",
+            "--run-program",
+        }
+    ),
+    "git": frozenset({"--depth"}),
     "yarn, pnpm": frozenset({"--frozen-lockfile", "--immutable"}),
     "uv": frozenset({"--seed", "--frozen"}),
     "poetry": frozenset({"--no-root"}),

@@ -27,7 +27,8 @@ Guarantees:
 - Empty strings, empty lists and ``null`` mean "unset", as Go's ``omitempty`` does for PKO.
 - Refused on purpose: ``Env``/``FS`` refs (they read the operator's own environment and
   filesystem), cross-namespace Secret refs, PKO's deprecated fields (the error names the
-  replacement), ``fluxSource`` and ``programRef`` (not supported yet).
+  replacement), more than one program source (``projectRepo``, ``fluxSource``,
+  ``programRef``), git fields beside a Flux source or a Program.
 - Refused because they could only fail at run time: a ``projectRepo`` git cannot or must not
   fetch (a scheme other than https, http, ssh, git or scp-like ``user@host:path``, a local
   path or ``file://``, a host or user starting with ``-``, credentials in the URL), a commit
@@ -39,12 +40,14 @@ Guarantees:
 Left to others: reading Secrets (``reconcile.refs``), reaching the git remote, checking that
 prerequisite Stacks exist, checking ``repoDir`` inside the checkout (``workspace.source``),
 and checking ``stack`` against the operator's default backend when ``backend`` is unset
-(``check_stack_for_backend``).
+(``check_stack_for_backend``), and whether ``spec.environment`` can work on it
+(``check_environments_for_backend``: Pulumi ESC needs a Pulumi Cloud backend).
 """
 
 from reconcile.spec.backend_rules import (
     DIY_ORGANIZATION,
     SECRETS_PROVIDER_KINDS,
+    check_environments_for_backend,
     check_stack_for_backend,
 )
 from reconcile.spec.config import MAX_CONFIG_TOTAL_BYTES, MAX_CONFIG_VALUE_BYTES
@@ -60,6 +63,7 @@ from reconcile.spec.model import (
     SpecError,
     StackSpec,
     Workspace,
+    referenced_config_maps,
     referenced_secrets,
 )
 from reconcile.spec.parse import SPEC_FIELDS, parse_spec
@@ -80,8 +84,10 @@ __all__ = [
     "SpecError",
     "StackSpec",
     "Workspace",
+    "check_environments_for_backend",
     "check_stack_for_backend",
     "parse_go_duration",
     "parse_spec",
+    "referenced_config_maps",
     "referenced_secrets",
 ]

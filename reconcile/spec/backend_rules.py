@@ -53,6 +53,28 @@ def check_stack_for_backend(stack: str, backend: str | None) -> str | None:
     )
 
 
+def check_environments_for_backend(
+    environments: tuple[str, ...], backend: str | None
+) -> str | None:
+    """Why ``spec.environment`` cannot work on ``backend`` (a message naming the field), or None.
+
+    Pulumi ESC environments live in Pulumi Cloud: only an http(s) backend (Pulumi Cloud or
+    a self-hosted Pulumi Cloud) or none (the CLI's default, Pulumi Cloud) can import them.
+    ``backend`` is the effective backend, as for ``check_stack_for_backend``.
+    """
+    if not environments or backend is None:
+        return None
+    scheme = URL_SCHEME.match(backend)
+    if scheme is not None and scheme["scheme"].lower() in ("http", "https"):
+        return None
+    kind = _diy_kind(backend) or (f"{scheme['scheme'].lower()}://" if scheme else "local-path")
+    return (
+        f"{SPEC / 'environment'}: Pulumi ESC environments need a Pulumi Cloud backend, and this"
+        f" Stack's is a self-managed {kind} backend, which has no ESC: remove spec.environment"
+        " (set the values through config, configRef or secretsRef) or use a Pulumi Cloud backend"
+    )
+
+
 def _diy_kind(backend: str | None) -> str | None:
     """``"file://"`` etc. when ``backend`` is a self-managed backend, else None."""
     if backend is None:

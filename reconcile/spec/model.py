@@ -27,6 +27,17 @@ DEFAULT_SERVICE_ACCOUNT: Final = "default"
 
 SecurityProfile: TypeAlias = Literal["restricted", "baseline"]
 PullPolicy: TypeAlias = Literal["Always", "IfNotPresent", "Never"]
+ReclaimPolicy: TypeAlias = Literal["Delete", "Retain"]
+SourceKind: TypeAlias = Literal["git", "flux", "program"]
+
+RECLAIM_POLICIES: Final[tuple[ReclaimPolicy, ...]] = ("Delete", "Retain")
+"""What happens to a finished run pod (``workspaceReclaimPolicy``), default first."""
+
+FLUX_API_VERSIONS: Final = ("source.toolkit.fluxcd.io/v1", "source.toolkit.fluxcd.io/v1beta2")
+"""The Flux source API versions ``fluxSource.sourceRef.apiVersion`` may name."""
+
+FLUX_KINDS: Final = ("GitRepository", "OCIRepository", "Bucket")
+"""The Flux source kinds ``fluxSource.sourceRef.kind`` may name."""
 
 SECURITY_PROFILES: Final[tuple[SecurityProfile, ...]] = ("restricted", "baseline")
 """The Pod Security Standards a run pod can be held to (``securityProfile``), default first."""
@@ -55,6 +66,34 @@ class SecretKeyRef:
 
     name: str
     key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapKeyRef:
+    """One key of a ConfigMap in the Stack's own namespace (``configRef``).
+
+    ``json``: the value is JSON and is set as structured config; else it is a string.
+    """
+
+    name: str
+    key: str
+    json: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FluxSourceRef:
+    """A Flux source object in the Stack's namespace and the program's directory in it."""
+
+    api_version: str
+    kind: str
+    name: str
+    dir: str | None = None
+
+    def __post_init__(self) -> None:
+        """Enforce the known API versions and kinds."""
+        if self.api_version not in FLUX_API_VERSIONS or self.kind not in FLUX_KINDS:
+            msg = f"a Flux source is one of {FLUX_KINDS} of {FLUX_API_VERSIONS}"
+            raise ValueError(msg)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -196,6 +235,8 @@ class StackSpec:
     Mappings are read-only copies. ``resync_frequency_seconds`` is the effective period
     (at least 60), ``retry_max_backoff_duration_seconds`` the effective cap (default 86400),
     ``timeout_seconds`` the per-run deadline the spec asks for (None: the operator's default).
+    Exactly one program source is set: ``project_repo`` (with ``commit`` or ``branch``),
+    ``flux_source`` or ``program_ref`` (see ``source_kind``).
     """
 
     stack: str
@@ -205,7 +246,14 @@ class StackSpec:
     branch: str | None = None
     repo_dir: str | None = None
     git_auth: GitAuth | None = None
+    shallow: bool = False
+    """Fetch only the commit (``--depth 1``), not its history too."""
+    flux_source: FluxSourceRef | None = None
+    program_ref: str | None = None
+    """Name of a Program in the Stack's namespace."""
     config: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    config_ref: Mapping[str, ConfigMapKeyRef] = field(default_factory=_empty, hash=False)
+    """Config keys read from ConfigMap keys; they win over ``config``'s."""
     secrets_ref: Mapping[str, ResourceRef] = field(default_factory=_empty, hash=False)
     env_refs: Mapping[str, ResourceRef] = field(default_factory=_empty, hash=False)
     secrets_provider: str | None = None
@@ -218,6 +266,11 @@ class StackSpec:
     retry_on_update_conflict: bool = False
     suspend: bool = False
     targets: tuple[str, ...] = ()
+    target_dependents: bool = False
+    run_program: bool = False
+    """Destroy runs the program (``pulumi destroy --run-program``)."""
+    environments: tuple[str, ...] = ()
+    """Pulumi ESC environments the stack imports, in order (Pulumi Cloud backends only)."""
     prerequisites: tuple[Prerequisite, ...] = ()
     resync_frequency_seconds: int = MIN_RESYNC_SECONDS
     retry_max_backoff_duration_seconds: int = DEFAULT_RETRY_MAX_BACKOFF_SECONDS
@@ -227,16 +280,32 @@ class StackSpec:
     """The ServiceAccount a run pod runs as (pod runner only; the local runner ignores it)."""
     workspace: Workspace = field(default_factory=Workspace)
     """How a run pod is built (pod runner only; the local runner ignores it)."""
+    workspace_reclaim_policy: ReclaimPolicy = "Delete"
+    """Whether a finished run pod is deleted or kept (pod runner only)."""
 
     def __post_init__(self) -> None:
         """Keep the mappings read-only even when a caller passes plain dicts."""
-        for name in ("config", "secrets_ref", "env_refs"):
+        for name in ("config", "config_ref", "secrets_ref", "env_refs"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def source_kind(self) -> SourceKind:
+        """Where the program comes from: a git repository, a Flux source or a Program."""
+        if self.flux_source is not None:
+            return "flux"
+        if self.program_ref is not None:
+            return "program"
+        return "git"
 
     @property
     def tracks_branch(self) -> bool:
         """True when the Stack follows a branch (polled every resync), not a pinned commit."""
         return self.branch is not None
+
+
+def referenced_config_maps(spec: StackSpec) -> frozenset[str]:
+    """Names of the ConfigMaps (in the Stack's namespace) that ``configRef`` reads."""
+    return frozenset(ref.name for ref in spec.config_ref.values())
 
 
 def referenced_secrets(spec: StackSpec) -> frozenset[str]:

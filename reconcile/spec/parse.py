@@ -1,15 +1,14 @@
 """``parse_spec``: a raw Stack ``spec`` in, a validated ``StackSpec`` out.
 
 Role: the assembly. It knows which fields exist (``SPEC_FIELDS``), refuses PKO's deprecated
-and not-yet-supported fields, reads the program source (``projectRepo`` with ``commit`` or
-``branch``, ``repoDir``), prerequisites, periods and flags itself, and delegates config,
-refs, the repository URL, the stack/backend pair and the run pod's settings to their modules.
+fields, reads prerequisites, periods and flags itself, and delegates the program source
+(``sources``), config, refs, the stack/backend pair and the run pod's settings to their
+modules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -31,14 +30,20 @@ from reconcile.spec.fields import (
 from reconcile.spec.model import (
     DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
     MIN_RESYNC_SECONDS,
+    RECLAIM_POLICIES,
     Prerequisite,
+    ReclaimPolicy,
     SpecError,
     StackSpec,
 )
-from reconcile.spec.repo_url import check_repo_url
 from reconcile.spec.resource_refs import env_name, read_git_auth, read_refs
+from reconcile.spec.sources import (
+    read_config_ref,
+    read_directory,
+    read_environments,
+    read_source,
+)
 from reconcile.spec.workspace import read_service_account_name, read_workspace
-from workspace.gitref import branch_name, is_commit
 
 _SUPPORTED: Final = frozenset(
     {
@@ -68,6 +73,15 @@ _SUPPORTED: Final = frozenset(
         "timeoutSeconds",
         "serviceAccountName",
         "workspaceTemplate",
+        "fluxSource",
+        "programRef",
+        "shallow",
+        "configRef",
+        "targetDependents",
+        "runProgram",
+        "environment",
+        "updateTemplate",
+        "workspaceReclaimPolicy",
     }
 )
 
@@ -82,10 +96,8 @@ _DEPRECATED: Final = MappingProxyType(
     }
 )
 
-_NOT_YET: Final = frozenset({"fluxSource", "programRef"})
-
-SPEC_FIELDS: Final = _SUPPORTED | _DEPRECATED.keys() | _NOT_YET
-"""Every spec field the parser knows (supported, deprecated, not yet supported).
+SPEC_FIELDS: Final = _SUPPORTED | _DEPRECATED.keys()
+"""Every spec field the parser knows (supported and deprecated).
 
 The CRD declares exactly these, so that none is pruned silently.
 """
@@ -100,6 +112,9 @@ _FLAGS: Final = MappingProxyType(
         "continue_resync_on_commit_match": "continueResyncOnCommitMatch",
         "retry_on_update_conflict": "retryOnUpdateConflict",
         "suspend": "suspend",
+        "shallow": "shallow",
+        "target_dependents": "targetDependents",
+        "run_program": "runProgram",
     }
 )
 
@@ -112,20 +127,26 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
     """
     root = read_object(spec, SPEC, SPEC_FIELDS)
     _refuse_unsupported(root)
-    repo, commit, branch = _source(root)
+    source = read_source(root)
     config = read_config(root)
     secrets_ref = read_refs(root, "secretsRef", namespace, config_key)
     check_no_overlap(config, secrets_ref)
     stack, backend = read_stack_and_backend(root)
+    _check_update_template(root)
     return StackSpec(
         stack=stack,
         backend=backend,
-        project_repo=repo,
-        commit=commit,
-        branch=branch,
-        repo_dir=_repo_dir(root),
+        project_repo=source.repo,
+        commit=source.commit,
+        branch=source.branch,
+        repo_dir=read_directory(root, SPEC, "repoDir", "the repository"),
         git_auth=read_git_auth(root.get("gitAuth"), SPEC / "gitAuth", namespace),
+        flux_source=source.flux,
+        program_ref=source.program,
         config=config,
+        config_ref=read_config_ref(root),
+        environments=read_environments(root),
+        workspace_reclaim_policy=_reclaim_policy(root),
         secrets_ref=secrets_ref,
         env_refs=read_refs(root, "envRefs", namespace, env_name),
         secrets_provider=read_secrets_provider(root),
@@ -145,65 +166,26 @@ def _refuse_unsupported(root: Mapping[str, Any]) -> None:
         if is_set(root.get(name)):
             problem = f"deprecated Pulumi Kubernetes Operator field, refused: use {replacement}"
             raise SpecError(SPEC / name, problem)
-    for name in sorted(_NOT_YET):
-        if is_set(root.get(name)):
-            problem = "not supported yet: use projectRepo with a commit or a branch"
-            raise SpecError(SPEC / name, problem)
 
 
-# -- the program source -------------------------------------------------------------------
+# -- PKO v2 fields --------------------------------------------------------------------------
 
 
-def _source(root: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
-    repo = read_string(root, SPEC, "projectRepo")
-    commit = read_string(root, SPEC, "commit")
-    branch = read_string(root, SPEC, "branch")
-    if repo is None:
-        problem = "a program source is required: set projectRepo with a commit or a branch"
-        raise SpecError(SPEC / "projectRepo", problem)
-    if commit is not None and branch is not None:
-        problem = "commit and branch are mutually exclusive: set only one of them"
-        raise SpecError(SPEC / "branch", problem)
-    check_repo_url(repo)
-    if commit is not None:
-        return repo, _commit(commit), None
-    if branch is not None:
-        return repo, None, _branch(branch)
-    problem = "projectRepo requires a commit or a branch: set exactly one of them"
-    raise SpecError(SPEC / "projectRepo", problem)
+def _reclaim_policy(root: Mapping[str, Any]) -> ReclaimPolicy:
+    value = read_string(root, SPEC, "workspaceReclaimPolicy") or "Delete"
+    for policy in RECLAIM_POLICIES:
+        if value == policy:
+            return policy
+    problem = f"{value!r} is not a reclaim policy: use Delete (the default) or Retain"
+    raise SpecError(SPEC / "workspaceReclaimPolicy", problem)
 
 
-def _commit(commit: str) -> str:
-    # The CRD's pattern asks for a full SHA (40 or 64 hex digits); the parser takes what git
-    # can resolve, which is all that safety needs (the value reaches git's command line).
-    if not is_commit(commit):
-        problem = "must be a commit SHA: 4 to 64 hex digits (the 40 git rev-parse <rev> prints)"
-        raise SpecError(SPEC / "commit", problem)
-    return commit.lower()
-
-
-def _branch(branch: str) -> str:
-    if branch.removeprefix("refs/heads/").startswith("refs/"):
-        problem = "only branches can be tracked (main or refs/heads/main): pin tags with commit"
-        raise SpecError(SPEC / "branch", problem)
-    name = branch_name(branch)
-    if name is None:
-        raise SpecError(SPEC / "branch", f"{branch!r} is not a valid git branch name")
-    return name
-
-
-def _repo_dir(root: Mapping[str, Any]) -> str | None:
-    raw = read_string(root, SPEC, "repoDir")
-    if raw is None:
-        return None
-    if raw.startswith("/"):
-        problem = "must be relative to the repository root: remove the leading /"
-        raise SpecError(SPEC / "repoDir", problem)
-    path = PurePosixPath(raw)
-    if ".." in path.parts or "\x00" in raw:
-        problem = "must stay inside the repository: remove the .. components"
-        raise SpecError(SPEC / "repoDir", problem)
-    return None if str(path) == "." else str(path)
+def _check_update_template(root: Mapping[str, Any]) -> None:
+    # PKO v2 patches its Update objects with it; there are none here, so any object is
+    # accepted and has no effect (the CRD's description says so).
+    value = root.get("updateTemplate")
+    if value is not None and not isinstance(value, Mapping):
+        raise SpecError(SPEC / "updateTemplate", "must be an object")
 
 
 # -- prerequisites --------------------------------------------------------------------------

@@ -74,7 +74,13 @@ def read_git_auth(raw: object, path: FieldPath, namespace: str) -> GitAuth | Non
     """
     if not is_set(raw):
         return None
-    auth = read_object(raw, path, frozenset({"accessToken", "sshAuth", "basicAuth"}))
+    auth = read_object(raw, path, frozenset({"accessToken", "sshAuth", "basicAuth", "githubApp"}))
+    if is_set(auth.get("githubApp")):
+        problem = (
+            "GitHub App authentication is not supported by this operator: mint an installation"
+            " token and reference it with gitAuth.accessToken (a Secret), or use sshAuth"
+        )
+        raise SpecError(path / "githubApp", problem)
     # Every method given is validated; the winner follows PKO's precedence ssh > token > basic.
     ssh = _ssh_auth(auth.get("sshAuth"), path / "sshAuth", namespace)
     token = _optional_ref(auth, path, "accessToken", namespace)

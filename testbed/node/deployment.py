@@ -152,7 +152,21 @@ def deploy(cluster: NodeCluster, overlay: Path, timeout: int = 240) -> None:
         lambda: not any(p["metadata"].get("deletionTimestamp") for p in pods(cluster)),
         "the replaced operator pods to exit",
         timeout,
+        detail=lambda: leaving(cluster),
     )
+
+
+def leaving(cluster: NodeCluster) -> str:
+    """The operator pods being deleted: their container states and their logs' last lines."""
+    lines = []
+    for pod in pods(cluster):
+        if not pod["metadata"].get("deletionTimestamp"):
+            continue
+        name = pod["metadata"]["name"]
+        states = [s.get("state") for s in pod.get("status", {}).get("containerStatuses") or ()]
+        log = cluster.kubectl("logs", "-n", NAMESPACE, name, "--tail=30", check=False)
+        lines.append(f"pod {name} containers {states}:\n{log.stdout}{log.stderr}")
+    return "\n".join(lines) or "no operator pod is being deleted"
 
 
 def rollout(cluster: NodeCluster, timeout: int = 240) -> None:

@@ -39,7 +39,10 @@ from tests.charts.conftest import (
 from tests.manifests.conftest import MANIFESTS, pick, render
 
 REPO = CHART.parents[1]
-CRD = "stacks.pulumi.com.yaml"
+# The CustomResourceDefinitions: every file of manifests/crd but its kustomization.
+CRDS = sorted(
+    path.name for path in (MANIFESTS / "crd").glob("*.yaml") if path.name != "kustomization.yaml"
+)
 # In manifests/default but not in the chart: Helm installs into the release namespace, which
 # it creates itself (--create-namespace) or finds; a chart that templates its own release
 # namespace cannot be installed with Helm's usual flags. README.md says to label it.
@@ -116,13 +119,17 @@ def test_chart_metadata() -> None:
     assert chart["appVersion"] == project_version()
 
 
-def test_crd_is_the_manifests_crd() -> None:
-    """crds/ holds a byte-identical copy of manifests/crd's, the one source of the CRD.
+def test_crds_are_the_manifests_crds() -> None:
+    """crds/ holds a byte-identical copy of each of manifests/crd's CRDs, their one source.
 
-    To update: cp manifests/crd/stacks.pulumi.com.yaml charts/pulumi-stack-operator/crds/
+    To update: cp manifests/crd/*.pulumi.com.yaml charts/pulumi-stack-operator/crds/
     """
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD]
-    assert (CHART / "crds" / CRD).read_bytes() == (MANIFESTS / "crd" / CRD).read_bytes()
+    assert {"stacks.pulumi.com.yaml", "programs.pulumi.com.yaml"} <= set(CRDS)
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == CRDS
+    for name in CRDS:
+        assert (CHART / "crds" / name).read_bytes() == (MANIFESTS / "crd" / name).read_bytes()
+    kustomization = yaml.safe_load((MANIFESTS / "crd" / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == CRDS
 
 
 def schema_leaves(schema: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
@@ -223,7 +230,7 @@ def test_default_render_is_manifests_default(helm: Helm) -> None:
     """With default values the chart renders what kustomize renders, object for object.
 
     Normalised, and nothing else: Helm's labels (``normalise``), and the Namespace that
-    only kustomize renders (``KUSTOMIZE_ONLY``). The CRD is compared as a file above.
+    only kustomize renders (``KUSTOMIZE_ONLY``). The CRDs are compared as files above.
     """
     chart = by_identity([normalise(obj) for obj in render_chart(helm)])
     kustomized = by_identity(
@@ -239,12 +246,18 @@ def test_default_render_is_manifests_default(helm: Helm) -> None:
 
 
 @helm_test
-def test_include_crds_renders_the_crd_unchanged(helm: Helm) -> None:
-    """``--include-crds`` (what ``helm install`` applies) adds exactly manifests/crd's CRD."""
+def test_include_crds_renders_the_crds_unchanged(helm: Helm) -> None:
+    """``--include-crds`` (what ``helm install`` applies) adds exactly manifests/crd's CRDs."""
     objects = helm.template(RELEASE, CHART, SYSTEM_NAMESPACE, include_crds=True)
-    crd = pick(objects, "CustomResourceDefinition")
-    assert crd == yaml.safe_load((MANIFESTS / "crd" / CRD).read_text())
-    assert len(objects) == len(render_chart(helm)) + 1
+    crds = [obj for obj in objects if obj["kind"] == "CustomResourceDefinition"]
+    expected = [yaml.safe_load((MANIFESTS / "crd" / name).read_text()) for name in CRDS]
+    assert sorted(crds, key=crd_name) == sorted(expected, key=crd_name)
+    assert len(objects) == len(render_chart(helm)) + len(CRDS)
+
+
+def crd_name(crd: Manifest) -> str:
+    """The CRD's name (plural.group)."""
+    return str(crd["metadata"]["name"])
 
 
 @helm_test
@@ -314,6 +327,28 @@ def test_watch_namespaces_grants_each_and_sets_the_flag(helm: Helm) -> None:
     cfg = operator_config(objects, SYSTEM_NAMESPACE)
     assert cfg.manager.namespaces == ("team-a", "team-b")
     assert cfg.manager.max_concurrent_reconciles_per_namespace == 1  # half of 2 workers
+
+
+@helm_test
+def test_stack_selector_shards_the_release(helm: Helm) -> None:
+    """``stackSelector`` is ``--stack-selector``, read back by the operator's parser.
+
+    Two releases with disjoint selectors: each its own Stacks and its own Lease (derived
+    from the selector); the default sets no flag (every Stack, the usual Lease).
+    """
+    default = operator_config(render_chart(helm), SYSTEM_NAMESPACE).manager
+    assert default.label_selector.empty
+    assert default.leader_election_id == "pulumi-stack-operator"
+    assert not [arg for arg in manager(render_chart(helm))["args"] if "selector" in arg]
+    shards = {}
+    for release, selector in (("shard-a", "shard=a"), ("rest", "shard notin (a), !legacy")):
+        objects = render_chart(helm, {"stackSelector": selector}, release=release)
+        shards[release] = operator_config(objects, SYSTEM_NAMESPACE).manager
+    assert str(shards["shard-a"].label_selector) == "shard=a"
+    assert str(shards["rest"].label_selector) == "!legacy,shard notin (a)"
+    leases = {cfg.leader_election_id for cfg in shards.values()}
+    assert len(leases) == 2
+    assert "pulumi-stack-operator" not in leases
 
 
 @helm_test
@@ -613,6 +648,7 @@ def test_resources(helm: Helm) -> None:
         pytest.param({"extraArgs": ["workers=4"]}, "extraArgs", id="arg-not-a-flag"),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy", id="pull-policy"),
         pytest.param({"leaderElection": {"enabled": "yes"}}, "enabled", id="not-a-boolean"),
+        pytest.param({"stackSelector": ["shard=a"]}, "stackSelector", id="selector-not-a-string"),
         pytest.param(
             {"tenancy": {"allowedPriorityClasses": ["*"]}}, "allowedPriorityClasses", id="class-any"
         ),
@@ -697,6 +733,7 @@ VARIANTS = {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
         "extraEnv": [{"name": "PSO_WORKERS", "value": "4"}],
         "extraArgs": ["--log-level=debug"],
+        "stackSelector": "shard in (a,b),!legacy",
         "podAnnotations": {"example.com/a": "1"},
         "podLabels": {"team": "platform"},
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
@@ -786,7 +823,8 @@ def test_install_and_uninstall_on_the_control_plane(
     """``helm install`` creates every object and prints the notes; uninstall removes them.
 
     No node runs here, so no ``--wait`` (the pods stay Pending): the on-node test waits.
-    The Stack CRD is already there (``stack_crd``); Helm leaves an existing CRD alone.
+    The Stack CRD is already there (``stack_crd``): Helm leaves an existing CRD alone and
+    creates the others (never deleting them).
     """
     helm = Helm(helm_binary, control_plane.kubeconfig, tmp_path / "helm")
     release, namespace = "pso", namespaces[0]

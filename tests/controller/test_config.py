@@ -13,11 +13,13 @@ import pytest
 from controller.config import (
     Application,
     build_parser,
+    lease_name_for,
     non_negative_int,
     parse,
     parse_config,
     positive,
 )
+from controller.labels import EVERYTHING, parse_selector
 
 
 def add_demo_flags(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +86,81 @@ def test_the_lease_name_defaults_to_the_applications() -> None:
     """``--leader-election-id`` defaults to the application's Lease; the flag overrides it."""
     assert parse_config([], APP, {}).leader_election_id == "demo-lease"
     assert parse_config(["--leader-election-id=x"], APP, {}).leader_election_id == "x"
+
+
+SHARDED = Application(
+    prog="sharded-operator",
+    description="Reconcile some widgets.",
+    env_prefix="SH_",
+    lease_name="sharded",
+    selector_flag="--widget-selector",
+    objects="widgets",
+)
+
+
+def test_an_application_may_name_a_selector_flag() -> None:
+    """``selector_flag``: the flag (and ``<prefix>WIDGET_SELECTOR``) sets the selector."""
+    assert parse_config([], SHARDED, {}).label_selector == EVERYTHING
+    cfg = parse_config(["--widget-selector=shard in (b, a)"], SHARDED, {})
+    assert str(cfg.label_selector) == "shard in (a,b)"
+    cfg = parse_config([], SHARDED, {"SH_WIDGET_SELECTOR": "!shard"})
+    assert str(cfg.label_selector) == "!shard"
+    cfg = parse_config(["--widget-selector=shard=a"], SHARDED, {"SH_WIDGET_SELECTOR": "!shard"})
+    assert str(cfg.label_selector) == "shard=a"  # the flag wins
+    dests = {a.dest for a in build_parser(APP)._actions}  # noqa: SLF001 - no public accessor
+    assert not any("selector" in dest for dest in dests)  # APP names none
+    assert parse_config([], APP, {}).label_selector == EVERYTHING
+
+
+def test_the_lease_follows_the_selector_unless_named() -> None:
+    """One Lease per selector, however spelt; none: the application's; the flag wins."""
+    assert parse_config([], SHARDED, {}).leader_election_id == "sharded"
+    a = parse_config(["--widget-selector=shard=a"], SHARDED, {}).leader_election_id
+    not_a = parse_config(["--widget-selector=shard!=a"], SHARDED, {}).leader_election_id
+    same_a = parse_config(["--widget-selector= shard == a "], SHARDED, {}).leader_election_id
+    assert a == same_a == lease_name_for("sharded", parse_selector("shard=a"))
+    assert a != not_a
+    assert a.startswith("sharded-")
+    assert len(a) == len("sharded-") + 8
+    named = parse_config(["--widget-selector=shard=a", "--leader-election-id=mine"], SHARDED, {})
+    assert named.leader_election_id == "mine"
+    assert lease_name_for("sharded", EVERYTHING) == "sharded"
+
+
+def test_the_derived_lease_name_is_fixed() -> None:
+    """Installations of different versions must agree on it: a fixed digest of the form."""
+    assert lease_name_for("pulumi-stack-operator", parse_selector("shard=a")) == (
+        "pulumi-stack-operator-3d8dfb26"
+    )
+
+
+def test_a_selector_that_does_not_parse_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Checked at start-up with the API server's grammar: exit 2, the reason said."""
+    for argv, env in (
+        (["--widget-selector=shard in (a"], {}),
+        ([], {"SH_WIDGET_SELECTOR": "shard=a,"}),
+        (["--widget-selector=Shard/x=a"], {}),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            parse(argv, SHARDED, env)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: sharded-operator")
+        assert "argument --widget-selector:" in err
+        assert "is not a label selector:" in err
+
+
+def test_help_describes_the_selector_and_the_lease_per_selector(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--help`` names the objects and how the Lease follows the selector."""
+    with pytest.raises(SystemExit):
+        parse(["--help"], SHARDED, {})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "of the widgets to manage" in out
+    assert "sharded-<first 8 hex digits of the SHA-256 of the selector" in out
 
 
 def test_the_applications_flags_are_read_back_with_the_environment() -> None:

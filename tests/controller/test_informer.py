@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from controller.cache import Object, ObjectKey, Store
 from controller.clock import FakeClock
 from controller.informer import (
     Backoff,
+    CustomObjectsListWatcher,
     DeletedFinalStateUnknown,
     ExpiredError,
     Informer,
@@ -345,3 +347,32 @@ def test_stop_waits_for_its_threads_until_the_clock_reaches_the_timeout() -> Non
         assert informer.alive(), "the stuck reflector is given up on, not killed"
     finally:
         lw.release.set()
+
+
+class RecordingCustomObjects:
+    """Stands in for ``CustomObjectsApi``: records each list call's arguments."""
+
+    def __init__(self) -> None:
+        """No call yet."""
+        self.calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    def list_namespaced_custom_object(self, *args: object, **kwargs: object) -> Mapping[str, Any]:
+        """Record; an empty page."""
+        self.calls.append((args, kwargs))
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+    list_cluster_custom_object = list_namespaced_custom_object
+
+
+@pytest.mark.parametrize("namespace", ["ns", None])
+def test_the_label_selector_goes_with_every_list(namespace: str | None) -> None:
+    """``label_selector`` is sent as the list's ``labelSelector``; "" sends none."""
+    for selector, sent in (("shard=a", {"label_selector": "shard=a"}), ("", {})):
+        lw = CustomObjectsListWatcher(
+            client.ApiClient(), "g", "v1", "things", namespace, label_selector=selector
+        )
+        api = RecordingCustomObjects()
+        lw._api = api  # type: ignore[assignment]  # noqa: SLF001 - the seam for this test
+        lw.list(10, None)
+        [(_, kwargs)] = api.calls
+        assert kwargs == {"limit": 10, "_continue": None, **sent}

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from controller import view as view_module
 from controller.cache import ObjectKey, Store
 from controller.informer import DeletedFinalStateUnknown
+from controller.labels import parse_selector
 from controller.view import ReadYourWritesView
 
 KEY = ObjectKey("ns", "s")
@@ -145,5 +147,75 @@ def test_a_deleted_object_is_never_served_from_the_last_write(store: Store, how:
     store.delete(KEY)
     assert view.get(KEY) is written  # the cache alone cannot tell a delete from a lag
     view.on_delete(DeletedFinalStateUnknown(KEY, written) if how == "found-by-relist" else written)
+    assert view.get(KEY) is None
+    assert len(view) == 0
+
+
+def labelled(version: str, **labels: str) -> dict[str, Any]:
+    """``obj(version)`` with ``labels``."""
+    found = obj(version)
+    found["metadata"]["labels"] = labels
+    return found
+
+
+def test_a_write_answered_after_the_delete_does_not_bring_the_object_back(store: Store) -> None:
+    """The delete came through the watch before our write's answer: that answer is older.
+
+    The view keeps a tombstone with the delete's resourceVersion and ignores any written
+    copy that is not newer; an add of the key (it is back in the cache) clears it.
+    """
+    view = ReadYourWritesView(store)
+    store.delete(KEY)
+    view.on_delete(obj("8"))
+    view.observe(obj("7", phase="answered late"))
+    assert view.get(KEY) is None
+    assert len(view) == 0
+    back = obj("9", phase="back")
+    store.upsert(back)
+    view.on_add(store.get(KEY))  # type: ignore[arg-type]
+    written = view.observe(obj("10", phase="written"))
+    assert view.get(KEY) is written
+
+
+def test_an_update_clears_a_tombstone_too(store: Store) -> None:
+    """A key updated in the cache is live again: later writes are read back."""
+    view = ReadYourWritesView(store)
+    view.on_delete(obj("8"))
+    view.on_update(obj("9"), obj("9"))
+    store.upsert(obj("9"))
+    written = view.observe(obj("10", phase="written"))
+    assert view.get(KEY) is written
+
+
+def test_tombstones_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the newest ``TOMBSTONES`` deletes are remembered; the oldest go first."""
+    monkeypatch.setattr(view_module, "TOMBSTONES", 2)
+    view = ReadYourWritesView(Store())
+    for name in ("a", "b", "c"):
+        gone = obj("5")
+        gone["metadata"]["name"] = name
+        view.on_delete(gone)
+    late = obj("4")
+    late["metadata"]["name"] = "a"  # forgotten: its late write is recorded
+    assert view.observe(late) is view.get(ObjectKey("ns", "a"))
+    late["metadata"]["name"] = "c"  # remembered: ignored
+    view.observe(late)
+    assert view.get(ObjectKey("ns", "c")) is None
+
+
+def test_with_a_selector_a_written_copy_that_left_it_is_not_kept(store: Store) -> None:
+    """Our write's answer shows labels the selector refuses: the object is no longer ours.
+
+    It is returned (the writer records what it wrote) but not kept, and a copy kept before
+    is dropped: ``get`` answers from the cache alone, which no longer has it.
+    """
+    selector = parse_selector("shard=a")
+    view = ReadYourWritesView(store, selector.selects)
+    kept = view.observe(labelled("6", shard="a"))
+    assert view.get(KEY) is kept
+    answered = view.observe(labelled("7", shard="b"))
+    assert answered["metadata"]["labels"] == {"shard": "b"}
+    assert view.get(KEY) is store.get(KEY)  # the cache's (it has not seen the change yet)
+    store.delete(KEY)
     assert view.get(KEY) is None
     assert len(view) == 0

@@ -519,3 +519,64 @@ def test_another_namespace_is_served_while_one_namespace_holds_its_cap(
     finally:
         reconciler.release.set()
         assert ctl.shut_down(deadline=5)
+
+
+def test_release_stops_only_that_keys_reconcile_as_an_interrupt_would(
+    registry: CollectorRegistry,
+) -> None:
+    """``release(key)``: that key's stop event is set; the other running one goes on.
+
+    Its object is no longer the controller's (it left the label selection): the reconcile
+    returns soon, as on shutdown, while the workers keep taking work.
+    """
+    leaving, staying = ObjectKey("a", "leaving"), ObjectKey("b", "staying")
+    started = {key: threading.Event() for key in (leaving, staying)}
+    returned = {key: threading.Event() for key in (leaving, staying)}
+    stops: dict[ObjectKey, threading.Event] = {}
+    done = threading.Event()
+
+    class Holding:
+        def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
+            stops[key] = stop
+            started[key].set()
+            wait_for(lambda: stop.is_set() or done.is_set(), "stop or the end", JOIN_TIMEOUT, POLL)
+            returned[key].set()
+            return Result()
+
+    ctl = Controller("stacks", Holding(), registry, workers=2)
+    try:
+        ctl.run()
+        ctl.queue.add(leaving)
+        ctl.queue.add(staying)
+        assert all(event.wait(JOIN_TIMEOUT) for event in started.values())
+        assert ctl.release(leaving) is True
+        assert returned[leaving].wait(JOIN_TIMEOUT)
+        assert stops[leaving].is_set()
+        assert not stops[staying].is_set()
+        assert not returned[staying].is_set()
+        wait_for(lambda: not ctl.release(leaving), "the released reconcile to end", 5, POLL)
+        assert ctl.alive()
+        assert ctl.release(ObjectKey("c", "never")) is False  # nothing runs for it
+    finally:
+        done.set()
+        assert ctl.shut_down(deadline=5)
+
+
+def test_interrupt_stops_every_running_reconcile_and_those_starting_after(
+    controller: Controller, reconciler: ScriptedReconciler
+) -> None:
+    """Each reconcile has its own stop event; ``interrupt`` sets them all."""
+    started, seen = threading.Event(), threading.Event()
+
+    def waits(_key: ObjectKey, stop: threading.Event) -> Result:
+        started.set()
+        if stop.wait(JOIN_TIMEOUT):
+            seen.set()
+        return Result()
+
+    reconciler.script = [waits]
+    controller.run()
+    controller.queue.add(KEY)
+    assert started.wait(JOIN_TIMEOUT)
+    controller.interrupt()
+    assert seen.wait(JOIN_TIMEOUT)

@@ -130,9 +130,11 @@ def state_namespace(cluster: NodeCluster, state: Path) -> Iterator[str]:
 
 
 def apply_stack_crd(cluster: NodeCluster, crd: Path) -> None:
-    """Server-side apply the Stack CRD on the node's control plane; wait until Established."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    """Apply the Stack CRD and the Program CRD beside it on the node; wait until Established."""
+    for path in (crd, crd.with_name("programs.pulumi.com.yaml")):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     wait_established(cluster.kubectl, "stacks.pulumi.com")
+    wait_established(cluster.kubectl, "programs.pulumi.com")
 
 
 def _namespace(name: str) -> dict[str, Any]:

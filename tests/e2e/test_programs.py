@@ -50,6 +50,13 @@ CACHE_CLAIM = "pulumi-cache"
 @pytest.fixture
 def bed(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
     """The bed, with a plugin mirror, and for pods a package mirror and a cache claim."""
+    with with_mirrors(bed, request, tmp_path) as mirrored:
+        yield mirrored
+
+
+@contextlib.contextmanager
+def with_mirrors(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
+    """``bed`` with a plugin mirror, and for pods a package mirror and a cache claim."""
     if bed.runner == "local":
         request.getfixturevalue("controller_manager")
         plugins: PluginMirror = request.getfixturevalue("plugin_mirror")

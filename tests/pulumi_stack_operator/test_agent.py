@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,42 @@ def test_the_run_caches_on_the_namespaces_volume_when_the_pod_mounts_it(
     assert alone.pulumi_home == tmp_path / "workspace" / ".pulumi-home"
     assert alone.dependency_store.root == tmp_path / "workspace" / ".cache"
     assert alone.plugin_mirror is None
+
+
+def test_the_jobs_pulumi_options_reach_the_request() -> None:
+    """targetDependents, runProgram and environment; absent, they are off and empty."""
+    environ = environment()
+    plain = AgentJob.from_environment(environ).request(Path("/w"), environ)
+    assert (plain.target_dependents, plain.run_program, plain.environments) == (False, False, ())
+    job = {**JOB, "targetDependents": True, "runProgram": True, "environment": ["a/b", "c/d"]}
+    environ = environment(PSO_JOB=json.dumps(job))
+    request = AgentJob.from_environment(environ).request(Path("/w"), environ)
+    assert request.target_dependents
+    assert request.run_program
+    assert request.environments == ("a/b", "c/d")
+
+
+@pytest.mark.parametrize(("shallow", "expected"), [(None, False), (False, False), (True, True)])
+def test_the_checkout_is_shallow_when_the_job_says_so(
+    monkeypatch: pytest.MonkeyPatch, *, shallow: bool | None, expected: bool
+) -> None:
+    """``shallow`` in the job becomes ``checkout(shallow=...)``; absent, a full clone."""
+    calls: list[dict[str, Any]] = []
+
+    def checkout(url: str, work_dir: Path, **options: Any) -> str:
+        calls.append({"url": url, "work_dir": work_dir, **options})
+        return "c" * 40
+
+    monkeypatch.setattr(agent, "checkout", checkout)
+    job = {**JOB} if shallow is None else {**JOB, "shallow": shallow}
+    environ = environment(PSO_JOB=json.dumps(job))
+    failed = agent._checkout(AgentJob.from_environment(environ), agent._now())  # noqa: SLF001
+    assert failed is None
+    (call,) = calls
+    assert call["shallow"] is expected
+    assert (call["url"], call["commit"], call["work_dir"]) == (
+        JOB["repo"],
+        JOB["commit"],
+        agent.SOURCE,
+    )
+    assert call["credentials"].token == "tok"  # noqa: S105 - a test value

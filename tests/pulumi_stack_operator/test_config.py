@@ -34,6 +34,25 @@ def test_the_lease_is_the_operators() -> None:
     assert parse_config([], {}).manager.leader_election_id == "pulumi-stack-operator"
 
 
+def test_the_stack_selector_and_its_lease() -> None:
+    """``--stack-selector``/``PSO_STACK_SELECTOR``: a shard; its Lease follows the selector.
+
+    Without one, every Stack and the Lease ``pulumi-stack-operator`` (an upgrade keeps its
+    Lease); with one, ``pulumi-stack-operator-<8 hex digits>``, a fixed digest of the
+    selector's canonical form; ``--leader-election-id`` wins over both.
+    """
+    cfg = parse_config([], {})
+    assert cfg.manager.label_selector.empty
+    a = parse_config(["--stack-selector=shard=a"], {}).manager
+    assert str(a.label_selector) == "shard=a"
+    assert a.leader_election_id == "pulumi-stack-operator-3d8dfb26"
+    not_a = parse_config([], {"PSO_STACK_SELECTOR": "shard!=a"}).manager
+    assert str(not_a.label_selector) == "shard!=a"
+    assert not_a.leader_election_id not in {a.leader_election_id, "pulumi-stack-operator"}
+    named = parse_config(["--stack-selector=shard=a", "--leader-election-id=shard-a"], {})
+    assert named.manager.leader_election_id == "shard-a"
+
+
 def test_run_timeout() -> None:
     """Two hours by default, from the flag or PSO_RUN_TIMEOUT otherwise."""
     assert parse_config([], {}).run_timeout == 7200.0
@@ -174,6 +193,12 @@ def test_help_is_the_operators() -> None:
         pytest.param(["--update-retry-base=0"], {}, "must be greater than 0", id="retry-base"),
         pytest.param(["--max-update-failures=x"], {}, "is not a number", id="max-failures"),
         pytest.param(["--runner=kubernetes"], {}, "invalid choice", id="runner"),
+        pytest.param(
+            ["--stack-selector=shard in (a"], {}, "is not a label selector", id="selector"
+        ),
+        pytest.param(
+            [], {"PSO_STACK_SELECTOR": "shard==a==b"}, "is not a label selector", id="env-selector"
+        ),
         pytest.param(["--dependency-cache-size=10GB"], {}, "is not a size", id="cache-size"),
         pytest.param(
             ["--plugin-mirror=http://u:p@mirror"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,8 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from controller.cache import Store
+from controller.cache import ObjectKey, Store
+from controller.informer import DeletedFinalStateUnknown
 from controller.manager import ManagerContext
 from controller.view import ReadYourWritesView
 from pulumi_stack_operator import config, wiring
@@ -91,13 +92,119 @@ def test_the_runner_is_the_one_named_with_the_shared_plugin_store(
 def test_metrics_acknowledger_closers_and_liveness_are_registered(
     built: tuple[ManagerContext, list[tuple[Any, ...]], list[Path]],
 ) -> None:
-    """Metrics, acknowledger and run interrupts follow the informer; three closers, checks."""
+    """Metrics, acknowledger and run interrupts follow the informer; four closers, checks.
+
+    The fourth closer and check, and the one starter, are the source kinds' informers.
+    """
     context, _, _ = built
     kinds = [type(handler) for handler in context.handlers]
     assert kinds == [MetricsHandler, Acknowledger, RunInterrupts]
-    assert len(context.closers) == 3
-    assert len(context.liveness_checks) == 3
+    assert len(context.closers) == 4
+    assert len(context.liveness_checks) == 4
+    assert len(context.starters) == 1
     assert all(check() for check in context.liveness_checks)
+
+
+def test_a_shards_run_interrupter_hears_only_announced_deletions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``--stack-selector`` a delete event may be a Stack leaving the shard.
+
+    The run interrupter gets adds and updates (``deletionTimestamp``) only: the manager
+    stops a departing Stack's reconcile as on shutdown, never as a deletion.
+    """
+    cfg = parse_config([f"--work-dir={tmp_path / 'work'}", "--stack-selector=shard=a"], {})
+    context = new_context(cfg)
+    monkeypatch.setattr(wiring, "RUNNERS", {"local": lambda *_args: None})
+    monkeypatch.setenv("PULUMI_PYTHON_CMD", "python3")
+    monkeypatch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
+    wiring.stack_reconciler_factory(cfg)(context)
+    try:
+        kinds = [type(handler) for handler in context.handlers]
+        assert kinds == [MetricsHandler, Acknowledger, wiring.DeletionsAnnounced]
+    finally:
+        for close in context.closers:
+            close(1.0)
+
+
+class Interrupts(RunInterrupts):
+    """Records what reaches the run interrupter."""
+
+    def __init__(self) -> None:
+        """Nothing heard yet."""
+        super().__init__()
+        self.heard: list[str] = []
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        """Record."""
+        del obj
+        self.heard.append("add")
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """Record."""
+        del old, new
+        self.heard.append("update")
+
+    def on_delete(self, obj: object) -> None:
+        """Record."""
+        del obj
+        self.heard.append("delete")
+
+
+def test_deletions_announced_forwards_adds_and_updates() -> None:
+    """A delete event is dropped; an add or an update (a deletionTimestamp) goes through."""
+    inner = Interrupts()
+    handler = wiring.DeletionsAnnounced(inner)
+    stack = {"metadata": {"namespace": "ns", "name": "s", "deletionTimestamp": "now"}}
+    handler.on_add(stack)
+    handler.on_update(stack, stack)
+    handler.on_delete(stack)
+    handler.on_delete(DeletedFinalStateUnknown(ObjectKey("ns", "s"), stack))
+    assert inner.heard == ["add", "update"]
+
+
+class Poster:
+    """Records Events posted."""
+
+    def __init__(self) -> None:
+        """None yet."""
+        self.posted: list[str] = []
+
+    def post(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record the reason."""
+        del obj, type_, message
+        self.posted.append(reason)
+
+
+def test_a_shard_posts_no_event_about_a_stack_it_no_longer_has() -> None:
+    """Events go through only while the view has the Stack (it left: it has not)."""
+    store = Store()
+    view = ReadYourWritesView(store)
+    poster = Poster()
+    events = wiring.SelectedEvents(poster, view)
+    stack = {"metadata": {"namespace": "ns", "name": "s", "resourceVersion": "3"}}
+    store.upsert(stack)
+    events.post(stack, "Normal", "UpdateStarted", "up")
+    store.delete(ObjectKey("ns", "s"))
+    view.on_delete(stack)
+    events.post(stack, "Normal", "Interrupted", "Update interrupted by shutdown")
+    assert poster.posted == ["UpdateStarted"]
+
+
+def test_a_shard_never_takes_another_instances_update_for_dead() -> None:
+    """With a selector the leader is its shard's sole runner only, not its Stacks'.
+
+    A Stack that moved in may still have the other shard's update running: it is resumed
+    (and its lock waited for), never concluded as orphaned and cancelled. A run pod is
+    still attached to (``remote_runs``).
+    """
+    lease = ["--leader-elect", "--lease-duration=30", "--renew-deadline=20"]
+    cfg = parse_config([*lease, "--stack-selector=shard=a"], {})
+    assert not wiring.settings(cfg, new_context(cfg), Path("/w")).sole_runner
+    cfg = parse_config([*lease, "--stack-selector=shard=a", "--runner=pod"], {})
+    assert wiring.settings(cfg, new_context(cfg), Path("/w")).remote_runs
+    cfg = parse_config(lease, {})
+    assert wiring.settings(cfg, new_context(cfg), Path("/w")).sole_runner
 
 
 def test_the_work_root_is_prepared_and_an_old_token_removed(tmp_path: Path) -> None:

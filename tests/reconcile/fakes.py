@@ -24,8 +24,9 @@ from controller.cache import ObjectKey
 from controller.clock import FakeClock
 from controller.reconciler import TransientError
 from reconcile.context import Mutation
-from reconcile.refs import MissingSecretError
+from reconcile.refs import MissingSecretError, config_map_value
 from reconcile.spec import ResourceRef
+from reconcile.spec.model import ConfigMapKeyRef
 from reconcile.tenancy import RUNNER_LABEL
 from status.writer import StatusTooLargeError
 from workspace.runner import (
@@ -34,6 +35,7 @@ from workspace.runner import (
     InstallRecord,
     Outcome,
     Progress,
+    ProjectInfo,
     RunResult,
     UpdateRequest,
 )
@@ -201,11 +203,15 @@ class FakeMetrics:
 
 
 class FakeSecrets:
-    """Secrets by namespace and name (plain text values); ``for_namespace`` is the factory."""
+    """Secrets and ConfigMaps by namespace and name (plain text values).
+
+    ``for_namespace`` is the factory; ``config_maps`` holds the ConfigMaps ``configRef`` reads.
+    """
 
     def __init__(self) -> None:
-        """No Secrets yet."""
+        """No Secrets or ConfigMaps yet."""
         self.data: dict[tuple[str, str], dict[str, str]] = {}
+        self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
 
     def for_namespace(self, namespace: str) -> _SecretReader:
         """A reader of ``namespace``'s Secrets, like ``reconcile.refs.SecretReader``."""
@@ -253,6 +259,10 @@ class _SecretReader:
     def resolve_all(self, refs: Mapping[str, ResourceRef]) -> dict[str, str]:
         return {name: self.resolve(ref) for name, ref in refs.items()}
 
+    def config_value(self, ref: ConfigMapKeyRef) -> str:
+        data = self.secrets.config_maps.get((self.namespace, ref.name))
+        return config_map_value(ref.name, data, ref)
+
 
 class FakeSource:
     """``Source``: branches point at ``commits[branch]``; failures are scripted.
@@ -268,6 +278,10 @@ class FakeSource:
         self.checkout_error: SourceError | None = None
         self.missing_dirs: set[str] = set()
         self.checkouts: list[tuple[str, str, GitCredentials | None]] = []
+        self.shallow_checkouts: list[bool] = []
+        self.fetch_error: SourceError | None = None
+        self.fetches: list[tuple[str, str]] = []
+        self.projects: list[str] = []
         self.resolved_with: list[GitCredentials | None] = []
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
@@ -279,20 +293,59 @@ class FakeSource:
         return self.commits[branch]
 
     def checkout(
-        self, url: str, work_dir: Path, commit: str, credentials: GitCredentials | None
+        self,
+        url: str,
+        work_dir: Path,
+        commit: str,
+        credentials: GitCredentials | None,
+        *,
+        shallow: bool = True,
     ) -> None:
-        """Record the checkout and create ``work_dir``."""
+        """Record the checkout (``shallow`` in ``shallow_checkouts``) and create ``work_dir``."""
         if self.checkout_error is not None:
             raise self.checkout_error
         self.checkouts.append((url, commit, credentials))
+        self.shallow_checkouts.append(shallow)
         work_dir.mkdir(parents=True, exist_ok=True)
 
-    def program_dir(self, checkout: Path, repo_dir: str | None) -> Path:
+    def fetch_artifact(self, url: str, digest: str, work_dir: Path) -> None:
+        """Record the fetch (``fetches``) and create ``work_dir``; ``fetch_error`` fails it."""
+        if self.fetch_error is not None:
+            raise self.fetch_error
+        self.fetches.append((url, digest))
+        work_dir.mkdir(parents=True, exist_ok=True)
+
+    def write_project(self, work_dir: Path, project: str) -> None:
+        """Write ``Pulumi.yaml`` into ``work_dir`` (recorded in ``projects``)."""
+        self.projects.append(project)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        (work_dir / "Pulumi.yaml").write_text(project)
+
+    def program_dir(
+        self, checkout: Path, repo_dir: str | None, field: str = "spec.repoDir"
+    ) -> Path:
         """``checkout/repo_dir``, unless it is one of ``missing_dirs``."""
         if repo_dir in self.missing_dirs:
-            msg = f"spec.repoDir: {repo_dir!r} does not exist in the commit"
+            msg = f"{field}: {repo_dir!r} does not exist in the commit"
             raise ProgramDirError(msg)
         return checkout / (repo_dir or ".")
+
+
+class FakeSourceObjects:
+    """``SourceObjects``: Flux sources and Programs by kind and key; ``served`` kinds."""
+
+    def __init__(self) -> None:
+        """Every kind served, no object yet."""
+        self.objects: dict[tuple[str, ObjectKey], dict[str, Any]] = {}
+        self.unserved: set[str] = set()
+
+    def served(self, kind: str) -> bool:
+        """Whether ``kind`` is served (not in ``unserved``)."""
+        return kind not in self.unserved
+
+    def get(self, kind: str, key: ObjectKey) -> Mapping[str, Any] | None:
+        """The object, or None."""
+        return self.objects.get((kind, key))
 
 
 class FakePatcher:
@@ -416,6 +469,7 @@ def outcome(
     message: str = "",
     changes: Mapping[str, int] | None = None,
     outputs: Mapping[str, Any] | None = None,
+    project: ProjectInfo | None = None,
 ) -> Outcome:
     """An outcome that started and ended now on ``clock``; ``NONE`` means it succeeded."""
     now: datetime.datetime = clock.wall()
@@ -429,4 +483,5 @@ def outcome(
         permalink=None,
         started=now,
         ended=now,
+        project=project,
     )

@@ -30,6 +30,7 @@ from tests.reconcile.fakes import (
     FakeRunner,
     FakeSecrets,
     FakeSource,
+    FakeSourceObjects,
     FakeView,
     FakeWriter,
     outcome,
@@ -53,6 +54,7 @@ class Harness:
         self.secrets, self.source = FakeSecrets(), FakeSource()
         self.patcher, self.runner = FakePatcher(self.cluster), FakeRunner()
         self.accounts = FakeAccounts()
+        self.objects = FakeSourceObjects()
         self.work_root = tmp_path / "work"
         self.parts = Collaborators(
             runner=self.runner,
@@ -65,6 +67,7 @@ class Harness:
             source=self.source,
             clock=self.clock,
             accounts=self.accounts,
+            objects=self.objects,
         )
         self.stop = threading.Event()
         self.restart(**settings)

@@ -22,7 +22,13 @@ from status.conditions import Reason
 from status.events import NORMAL
 from tests.reconcile.stack_harness import REACHED_BY, Harness, reaches
 
-SIBLINGS = ("test_stack_runs", "test_stack_inputs", "test_stack_deletion")
+SIBLINGS = (
+    "test_stack_runs",
+    "test_stack_inputs",
+    "test_stack_deletion",
+    "test_stack_sources",
+    "test_stack_remote_runs",
+)
 
 
 def test_every_condition_reason_is_reached_by_a_test_here() -> None:

@@ -13,6 +13,7 @@ from controller.reconciler import Result, TransientError
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from tests.reconcile.stack_harness import SECRET_REF, Harness, reaches
+from workspace.runner import ProjectInfo
 from workspace.source import SourceError, SourceFailure
 
 
@@ -146,18 +147,101 @@ def test_an_unreachable_branch_leaves_a_ready_stack_ready(h: Harness) -> None:
 
 
 def test_a_checkout_that_fails_after_the_announcement_concludes_the_run(h: Harness) -> None:
-    """Never a "Running pulumi up" left behind: unreachable → retrying; refused → stalled."""
+    """Never a "Running pulumi up" left behind: unreachable → retrying; refused → stalled.
+
+    An unreachable source is a failed attempt: the next passes (this pass's own writes come
+    back as watch events at once) wait for the failures' backoff, writing and announcing
+    nothing, instead of announcing the run again in a hot loop.
+    """
     h.create()
     h.source.checkout_error = SourceError(
         "timed out", reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True
     )
-    with pytest.raises(TransientError):
-        h.reconcile()
+    assert h.reconcile() == Result(requeue_after=10)
     assert "currentUpdate" not in h.status
     assert h.kstatus()["Reconciling"] == ("True", "ProgressingWithRetry")
+    assert h.kstatus()["Ready"] == ("False", "SourceUnavailable")
+    assert "Stalled" not in h.kstatus()
+    writes = len(h.writer.writes)
+    for _ in range(3):
+        assert h.reconcile() == Result(requeue_after=10)
+    assert len(h.writer.writes) == writes, "waiting for the backoff writes nothing"
+    assert h.events.reasons.count("UpdateStarted") == 1
+    h.clock.step(10)
     h.source.checkout_error = SourceError(
         "gone", reason=SourceFailure.REVISION_NOT_FOUND, transient=False
     )
     assert h.reconcile() == Result()
     assert "currentUpdate" not in h.status
     assert h.kstatus()["Stalled"] == ("True", "SourceUnavailable")
+
+
+@reaches(Reason.CONFIG_MAP_NOT_FOUND)
+def test_a_missing_config_map_stalls_and_its_values_win_over_config(h: Harness) -> None:
+    """configRef: ConfigMapNotFound until the ConfigMap is there; its values beat config's."""
+    h.create(
+        config={"region": "inline", "name": "app"},
+        configRef={
+            "region": {"name": "settings", "key": "region"},
+            "flags": {"name": "settings", "key": "flags.json", "json": True},
+        },
+    )
+    assert h.reconcile() == Result(requeue_after=1.0)
+    assert h.kstatus() == {
+        "Ready": ("False", "ConfigMapNotFound"),
+        "Stalled": ("True", "ConfigMapNotFound"),
+    }
+    assert h.message() == 'ConfigMap "settings" not found'
+    h.secrets.config_maps[("ns", "settings")] = {"region": "eu", "flags.json": '{"a": [1, 2]}'}
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    config = dict(h.runner.calls[0][1].config)
+    assert config == {"region": "eu", "name": "app", "flags": '{"a":[1,2]}'}
+    assert h.events.reasons.count("ConfigMapNotFound") == 1
+
+
+def test_a_config_map_value_that_is_not_json_stalls_naming_it(h: Harness) -> None:
+    """json: true on a value that is not JSON: ConfigMapNotFound saying why; no run."""
+    h.create(configRef={"flags": {"name": "settings", "key": "flags", "json": True}})
+    h.secrets.config_maps[("ns", "settings")] = {"flags": "{not json"}
+    h.reconcile()
+    assert h.kstatus()["Stalled"] == ("True", "ConfigMapNotFound")
+    assert "is not JSON" in h.message()
+    assert h.runner.calls == []
+
+
+def test_esc_environments_on_a_self_managed_backend_stall(h: Harness) -> None:
+    """Environment needs Pulumi Cloud: on a file:// backend InvalidSpec names the field."""
+    h.create(environment=["infra/dev"], backend="file:///state", stack="dev")
+    h.reconcile()
+    assert h.kstatus()["Stalled"] == ("True", "InvalidSpec")
+    assert h.message().startswith("spec.environment: Pulumi ESC environments need")
+    assert h.runner.calls == []
+
+
+def test_pko_v2_run_fields_reach_the_runner(h: Harness) -> None:
+    """targetDependents, runProgram, environment and shallow go to the runner as asked."""
+    h.create(
+        targets=["urn:pulumi:dev::p::t::a"],
+        targetDependents=True,
+        runProgram=True,
+        environment=["infra/dev"],
+        backend="https://api.pulumi.com",
+        stack="acme/p/dev",
+        shallow=True,
+    )
+    h.runner.then(h.succeed())
+    h.reconcile()
+    request = h.runner.calls[0][1]
+    assert (request.target_dependents, request.run_program) == (True, True)
+    assert request.environments == ("infra/dev",)
+    assert h.source.shallow_checkouts == [True]
+
+
+def test_the_project_a_run_read_is_recorded_in_project_info(h: Harness) -> None:
+    """status.projectInfo: the name and runtime of the project the last run read."""
+    h.create()
+    h.runner.then(h.succeed(project=ProjectInfo("infra", "yaml")))
+    h.reconcile()
+    assert h.status["projectInfo"] == {"name": "infra", "runtime": "yaml"}

@@ -14,13 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from controller.cache import freeze_object
+from controller.cache import ObjectKey, freeze_object
 from controller.reconciler import Result, TransientError
 from reconcile.prepare import spec_written
 from reconcile.stack import FINALIZER
 from reconcile.tenancy import RUNNER_LABEL, Tenancy
 from status.conditions import Reason
 from tests.reconcile.stack_harness import KEY, Harness, reaches
+from tests.reconcile.test_stack_sources import (
+    FLUX,
+    PASSWORD,
+    PROGRAM,
+    SHA,
+    git_repository,
+    program,
+)
 from workspace.runner import Detached, ErrorKind
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
@@ -327,3 +335,45 @@ def test_a_deadline_past_the_ceiling_is_cut_and_said(tmp_path: Path) -> None:
     ]
     note = "deadline 900s, the operator's --max-run-timeout (spec.timeoutSeconds asks 999999999s)"
     assert any(note in message for message in messages), messages
+
+
+def test_a_run_pod_fetches_a_flux_artifact_itself(tmp_path: Path) -> None:
+    """Under the pod runner a fluxSource job carries the artifact's URL and digest."""
+    h = remote(tmp_path)
+    h.create(**FLUX)
+    git_repository(h)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    document = json.loads(request.job.document)
+    assert document["artifact"]["digest"] == "sha256:" + "ab" * 32
+    assert (document["dir"], document["commit"]) == ("app", f"main@sha1:{SHA}")
+    assert "repo" not in document
+    assert h.source.fetches == [], "the operator never handles the program's files itself"
+
+
+def test_a_run_pod_gets_a_rendered_program_and_keeps_its_pod_when_asked(tmp_path: Path) -> None:
+    """Under the pod runner a programRef job holds Pulumi.yaml; Retain reaches the job."""
+    h = remote(tmp_path)
+    h.create(**PROGRAM, workspaceReclaimPolicy="Retain")
+    program(h, {"password": PASSWORD})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    document = json.loads(request.job.document)
+    assert "runtime: yaml" in document["project"]
+    assert request.job.reclaim == "Retain"
+
+
+def test_a_program_too_large_for_a_run_pod_stalls(tmp_path: Path) -> None:
+    """A Program that renders past what a job carries: InvalidSpec naming programRef."""
+    h = remote(tmp_path)
+    h.create(**PROGRAM)
+    outputs = {f"o{i}": "x" * 1000 for i in range(80)}
+    obj = {"metadata": {"name": "random-yaml"}, "program": {"outputs": outputs}}
+    h.objects.objects[("Program", ObjectKey(KEY.namespace, "random-yaml"))] = obj
+    h.reconcile()
+    assert h.kstatus()["Stalled"] == ("True", "InvalidSpec")
+    assert h.message().startswith("spec.programRef:")

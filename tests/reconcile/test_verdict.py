@@ -464,7 +464,14 @@ def test_destroy_verdicts() -> None:
 
 def test_every_event_is_warning_exactly_for_failures() -> None:
     """Normal for starting, succeeding, destroying, waiting; Warning for the rest."""
-    normal = {"UpdateStarted", "Succeeded", "Destroyed", "UpdateConflict", "DependencyNotReady"}
+    normal = {
+        "UpdateStarted",
+        "Succeeded",
+        "Destroyed",
+        "UpdateConflict",
+        "DependencyNotReady",
+        "SourceNotReady",
+    }
     assert {r for r, t in EVENTS.items() if t == NORMAL} == normal
     assert set(EVENTS.values()) == {NORMAL, WARNING}
     silent = {Reason.PROGRESSING, Reason.PROGRESSING_WITH_RETRY, Reason.SUSPENDED}
@@ -472,8 +479,17 @@ def test_every_event_is_warning_exactly_for_failures() -> None:
 
 
 def test_the_reasons_that_need_a_change() -> None:
-    """ProgramInvalid, StackNotFound and a run's InvalidSpec: no retry mends them."""
-    assert {Reason.PROGRAM_INVALID, Reason.STACK_NOT_FOUND, Reason.INVALID_SPEC} == NEEDS_A_CHANGE
+    """ProgramInvalid, StackNotFound, a run's InvalidSpec, a bad artifact: no retry mends them.
+
+    A Flux artifact that fails its digest or is unsafe is mended by a new revision only.
+    """
+    assert {
+        Reason.PROGRAM_INVALID,
+        Reason.STACK_NOT_FOUND,
+        Reason.INVALID_SPEC,
+        Reason.ARTIFACT_DIGEST_MISMATCH,
+        Reason.ARTIFACT_UNSAFE,
+    } == NEEDS_A_CHANGE
 
 
 def test_an_interruption_nobody_here_asked_for_is_judged_a_runner_failure() -> None:

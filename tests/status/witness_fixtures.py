@@ -136,7 +136,10 @@ def waiting(reason: Reason, message: str, ready: str = "False") -> Status:
 STALL_REASONS = (
     Reason.INVALID_SPEC,
     Reason.SECRET_NOT_FOUND,
+    Reason.CONFIG_MAP_NOT_FOUND,
     Reason.AUTHENTICATION_FAILED,
+    Reason.ARTIFACT_DIGEST_MISMATCH,
+    Reason.ARTIFACT_UNSAFE,
     Reason.SOURCE_UNAVAILABLE,
     Reason.PROGRAM_INVALID,
     Reason.STACK_NOT_FOUND,

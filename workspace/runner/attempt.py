@@ -49,6 +49,7 @@ from workspace.runner.types import (
     Outcome,
     Progress,
     ProgressCallback,
+    ProjectInfo,
     Step,
     UpdateRequest,
 )
@@ -258,6 +259,30 @@ class OperationRun:
                 self.cli.run(args, stdin=f"{value}\n")
             keys_file.write_text(json.dumps(sorted(plain.keys() | secrets.keys())) + "\n")
 
+    def environments(self) -> None:
+        """Make the stack's ESC environments exactly the request's, in order.
+
+        Only for a request with environments: without, the list stays as the stack's
+        settings file has it. The list is read (``config env ls --json``); what follows the
+        part it shares with the request is removed, last first (``config env rm`` removes
+        an environment's last import), then the rest of the request's is added in order
+        (``config env add`` appends). A failure is ``SETUP_FAILED`` with the CLI's message.
+        """
+        wanted = list(self.request.environments)
+        if not wanted:
+            return
+        stack = self.request.stack
+        with self._phase("environment"):
+            listed = self.cli.run(["config", "env", "ls", "--json", "--stack", stack])
+            current = _environment_list(listed.stdout)
+            kept = _shared_prefix(current, wanted)
+            for name in reversed(current[kept:]):
+                self.cli.run(["config", "env", "rm", "--yes", "--stack", stack, "--", name])
+            if wanted[kept:]:
+                add = ["config", "env", "add", "--yes", "--stack", stack, "--", *wanted[kept:]]
+                self.cli.run(add)
+            self.log.info("Set the stack's environments", environments=wanted)
+
     def refresh(self) -> None:
         """Refresh (a preview-only one for previews); fail on drift if asked."""
         args = ["refresh", "--preview-only"] if self.request.preview else ["refresh"]
@@ -293,8 +318,13 @@ class OperationRun:
         return self.succeeded(stdout=result.stdout)
 
     def destroy(self) -> Outcome:
-        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and forget its managed config)."""
+        """Run ``pulumi destroy``, then ``pulumi stack rm`` (and forget its managed config).
+
+        With ``run_program``, the destroy runs the program (``--run-program``).
+        """
         args = ["destroy", "--skip-preview", "--yes", *self._message()]
+        if self.request.run_program:
+            args.append("--run-program")
         result = self._engine("destroy", "destroy", args)
         changes = self.observer.changes
         with self._phase("destroy"):
@@ -334,6 +364,7 @@ class OperationRun:
             ended=self.settings.clock.wall(),
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
+            project=self.project_info(),
         )
         self.log.info("Pulumi operation succeeded", changes=outcome.resource_changes)
         return outcome
@@ -354,9 +385,18 @@ class OperationRun:
             ended=self.settings.clock.wall(),
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
+            project=self.project_info(),
         )
         self.log.warning("Pulumi operation failed", phase=failure.phase, error=str(outcome.error))
         return outcome
+
+    def project_info(self) -> ProjectInfo | None:
+        """The project's name and runtime; None when its project file cannot be read."""
+        try:
+            project = self.project
+        except StepFailedError:
+            return None
+        return ProjectInfo(project.name, project.runtime)
 
     # helpers -----------------------------------------------------------------------------
 
@@ -460,6 +500,8 @@ class OperationRun:
         stderr = "\n".join([err.result.stderr, *self.observer.errors])
         if self.assumed and stack_missing(stderr):
             return ErrorKind.STACK_NOT_FOUND
+        if phase == "environment":  # whatever the CLI says of it: the stack's setup failed
+            return ErrorKind.SETUP_FAILED
         return classify(phase, err.result.stdout, stderr)
 
     def _failure_text(self, failure: StepFailedError) -> str:
@@ -498,7 +540,11 @@ class OperationRun:
         return ["--message", self.request.message] if self.request.message else []
 
     def _targets(self) -> list[str]:
-        return [arg for target in self.request.targets for arg in ("--target", target)]
+        """``--target`` for each target; ``--target-dependents`` with them if asked."""
+        args = [arg for target in self.request.targets for arg in ("--target", target)]
+        if args and self.request.target_dependents:
+            args.append("--target-dependents")
+        return args
 
     def _log_line(self, line: str) -> None:
         if line.strip():
@@ -513,6 +559,32 @@ class OperationRun:
 
 def _not_found(err: CliError) -> bool:
     return classify("select", err.result.stdout, err.result.stderr) is ErrorKind.STACK_NOT_FOUND
+
+
+def _environment_list(stdout: str) -> list[str]:
+    """The environments ``config env ls --json`` printed (a JSON list of names)."""
+    try:
+        listed = json.loads(stdout or "[]")
+    except ValueError:
+        listed = None
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
+        text = truncate(stdout.strip(), 200, "…")
+        message = (
+            "the stack's environments cannot be set: `pulumi config env ls --json` printed "
+            f"{text!r}, not a list of environments"
+        )
+        raise StepFailedError("environment", ErrorKind.SETUP_FAILED, message)
+    return listed
+
+
+def _shared_prefix(current: list[str], wanted: list[str]) -> int:
+    """How many leading environments ``current`` and ``wanted`` have in common."""
+    shared = 0
+    for have, want in zip(current, wanted, strict=False):
+        if have != want:
+            break
+        shared += 1
+    return shared
 
 
 def _permalink(stdout: str) -> str | None:

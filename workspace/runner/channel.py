@@ -17,7 +17,15 @@ import json
 from datetime import datetime
 from typing import Any, get_args
 
-from workspace.runner.types import ErrorKind, InstallRecord, Operation, Outcome, Progress, Step
+from workspace.runner.types import (
+    ErrorKind,
+    InstallRecord,
+    Operation,
+    Outcome,
+    Progress,
+    ProjectInfo,
+    Step,
+)
 
 PREFIX = "@pulumi-stack-operator "
 MAX_LINE = 4 * 1024 * 1024  # bytes: longer lines are not reports (and are not kept)
@@ -52,6 +60,8 @@ def outcome_line(outcome: Outcome) -> str:
         "installs": [_install(record) for record in outcome.installs],
         "cacheBytes": dict(outcome.cache_bytes),
     }
+    if outcome.project is not None:
+        body["project"] = {"name": outcome.project.name, "runtime": outcome.project.runtime}
     return PREFIX + json.dumps({"outcome": body}, separators=(",", ":"), default=str)
 
 
@@ -127,6 +137,18 @@ def _installs(value: object) -> tuple[InstallRecord, ...]:
     )
 
 
+def _project(value: object) -> ProjectInfo | None:
+    """The outcome's project (absent in lines of agents older than the field: None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("project is an object")
+    name, runtime = value["name"], value["runtime"]
+    if not isinstance(name, str) or not isinstance(runtime, str):
+        raise TypeError("a project's name and runtime are strings")
+    return ProjectInfo(name=name, runtime=runtime)
+
+
 def _outcome(body: dict[str, Any]) -> Outcome:
     operation = body["operation"]
     if operation not in get_args(Operation):
@@ -151,6 +173,7 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         ended=_time(body["ended"]),
         installs=_installs(body.get("installs") or []),
         cache_bytes={str(k): _count(v) for k, v in cache_bytes.items()},
+        project=_project(body.get("project")),
     )
 
 

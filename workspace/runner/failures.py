@@ -19,6 +19,7 @@ Phase = Literal[
     "plugins",
     "select",
     "config",
+    "environment",
     "refresh",
     "update",
     "preview",
@@ -66,9 +67,9 @@ def classify(phase: Phase, stdout: str, stderr: str) -> ErrorKind:
         return ErrorKind.STACK_NOT_FOUND
     if _NOT_COMPILED.search(stdout) or _BAD_SYNTAX.search(stderr):
         return ErrorKind.PROGRAM_INVALID
-    setup = phase in ("select", "config")
-    if setup and _BAD_PROJECT.search(stderr):
+    if phase in ("select", "config") and _BAD_PROJECT.search(stderr):
         return ErrorKind.PROGRAM_INVALID
     if phase == "refresh" and _REFRESH_DRIFT in stderr:
         return ErrorKind.REFRESH_CHANGES
+    setup = phase in ("select", "config", "environment")
     return ErrorKind.SETUP_FAILED if setup else ErrorKind.UPDATE_FAILED

@@ -41,7 +41,9 @@ class RunJob:
     ``image_pull_policy`` and ``overrides`` are the Stack's validated ``workspaceTemplate``
     (``overrides`` as canonical JSON). ``timeout`` is the run's deadline in seconds;
     ``changed_at`` when the spec change this run is for was written (None: not a spec
-    change).
+    change). ``reclaim`` is the Stack's ``workspaceReclaimPolicy``: ``"Delete"`` deletes
+    the run pod once its outcome is in, ``"Retain"`` keeps a finished one (its log stays
+    readable) until the Stack's next run or the Stack's deletion.
     """
 
     namespace: str
@@ -59,6 +61,7 @@ class RunJob:
     overrides: str = "{}"
     timeout: float = 7200.0
     changed_at: datetime | None = None
+    reclaim: str = "Delete"
 
     def job(self) -> dict[str, Any]:
         """The agent's job, decoded (a fresh dict)."""

@@ -2,8 +2,9 @@
 
 It runs *local* programs: a directory holding ``Pulumi.yaml`` that the caller fetched. It
 does not decide whether an operation is due (the reconciler does). It selects or creates
-the stack, makes the stack's config match the request, runs an optional ``refresh`` and
-then ``up`` or ``preview`` (or ``destroy``), and returns an ``Outcome``. Pulumi failures
+the stack, makes the stack's config (and ESC environments) match the request, runs an
+optional ``refresh`` and then ``up`` or ``preview`` (or ``destroy``), and returns an
+``Outcome`` (naming the program's project once its project file was read). Pulumi failures
 never raise: each becomes an ``ErrorKind`` plus the engine's own error text.
 
 Guarantees:
@@ -133,13 +134,14 @@ class LocalRunner:
         ``refresh``, an ``up`` is preceded by ``pulumi refresh`` (failing with
         ``REFRESH_CHANGES`` on drift when ``expect_no_refresh_changes``). A preview never
         writes state: it runs ``preview --refresh``, preceded by a preview-only refresh
-        when drift must fail it.
+        when drift must fail it. The stack's config and environments are set first.
         """
         attempt = self._attempt(request, stop, on_progress)
 
         def phases() -> Outcome:
             attempt.open_stack(create=not request.use_local_stack_only)
             attempt.configure()
+            attempt.environments()
             if request.refresh and (request.expect_no_refresh_changes or not request.preview):
                 attempt.refresh()
             return attempt.preview() if request.preview else attempt.up()
@@ -162,7 +164,8 @@ class LocalRunner:
         """Destroy the stack's resources, then remove the stack (and its config file).
 
         A stack that does not exist counts as destroyed. ``refresh``, ``preview`` and
-        ``targets`` of the request are ignored.
+        ``targets`` of the request are ignored. With ``run_program`` the destroy runs the
+        program: its dependencies and plugins are installed first, as for ``run``.
         """
         attempt = OperationRun(self._settings, request, "destroy", stop, on_progress)
 
@@ -170,7 +173,11 @@ class LocalRunner:
             if not attempt.find_stack():
                 return attempt.succeeded(note="the stack does not exist; nothing to destroy")
             attempt.configure()
-            return attempt.destroy()
+            attempt.environments()
+            if not request.run_program:
+                return attempt.destroy()
+            with attempt.installed():
+                return attempt.destroy()
 
         try:
             return _again_if_vanished(attempt, phases)
@@ -178,15 +185,17 @@ class LocalRunner:
             forget_credentials(attempt.home)
 
     def prepare(self, request: UpdateRequest) -> Outcome | None:
-        """Check the project, make the home, select or create the stack, write its config.
+        """Check the project, make the home, select or create the stack, set its config.
 
-        None when all that succeeded; else the failed ``Outcome`` ``run`` would return.
+        Config and environments are set as ``run`` sets them. None when all that
+        succeeded; else the failed ``Outcome`` ``run`` would return.
         """
         attempt = self._attempt(request, threading.Event(), lambda _progress: None)
 
         def phases() -> None:
             attempt.open_stack(create=not request.use_local_stack_only)
             attempt.configure()
+            attempt.environments()
 
         try:
             return _again_if_vanished(attempt, phases)

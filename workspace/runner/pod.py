@@ -4,8 +4,9 @@ The pod runs the agent (``pulumi-stack-operator agent``) of the operator's image
 Stack's ``workspaceTemplate`` image) as the Stack's ServiceAccount: it checks the source
 out, prepares the workspace and runs ``pulumi`` itself, with the Stack's Secrets put into
 its environment by the kubelet. The operator creates the pod, follows its log for the
-agent's reports (``workspace.runner.channel``), deletes the pod once it has the outcome,
-and never sees the program's environment (nor the program the operator's). Following a
+agent's reports (``workspace.runner.channel``), deletes the pod once it has the outcome
+(or keeps it: ``Retain`` below), and never sees the program's environment (nor the
+program the operator's). Following a
 run is ``podrun``'s job, the API calls ``podapi``'s, reading a pod ``podstate``'s: this
 module decides which pod a run follows (create, attach, clear an earlier one).
 
@@ -17,6 +18,15 @@ Guarantees:
   re-attaches. A finished or older run pod of the Stack is waited for and deleted first;
   a pod of that name that the operator did not create for this Stack is left alone and
   the run fails saying so.
+* ``RunJob.reclaim`` ``Retain`` (the Stack's ``workspaceReclaimPolicy``) keeps a run pod
+  that ended on its own once its outcome is taken, so that its log stays readable
+  (``kubectl logs``); it is annotated as concluded (``podspec.ANNOTATION_CONCLUDED``). A
+  concluded pod is never followed or attached to again, whatever its generation: the
+  Stack's next run (or an attach after a restart) deletes it at once and waits for it to
+  be gone before creating its own. The pod is owned by its Stack (``ownerReferences``),
+  so the garbage collector deletes a kept pod with the Stack. A pod that never started,
+  or that the operator interrupted, is deleted as with ``Delete``; so is one the API does
+  not let the operator annotate (``patch`` on pods refused).
 * A report is taken only from the pod created (or attached to) for this Stack and
   generation; a report line cannot name another Stack or generation.
 * A run that ends without an outcome is concluded as ``RUNNER_FAILED`` with the pod's own
@@ -148,7 +158,8 @@ class PodRunner:
 
         None when there is no such pod. A run pod of the Stack for another generation,
         commit or operation is waited for and deleted first (its outcome is not the
-        request's), then None.
+        request's), then None; so is a concluded one kept for ``Retain`` (its outcome was
+        taken), without waiting.
         """
         job = _job(request)
         operation: Operation = "preview" if request.preview else "up"
@@ -238,8 +249,9 @@ class PodRunner:
         """Remove a run pod that is not this run's; None once it is gone.
 
         An earlier run pod of this Stack that still runs is waited for first (at most one
-        run per Stack), or interrupted when this run is a ``destroy``; a pod the operator
-        did not create for this Stack is refused.
+        run per Stack), or interrupted when this run is a ``destroy``; a finished one, or
+        one whose outcome was taken already (kept for ``Retain``), is deleted at once. A pod
+        the operator did not create for this Stack is refused.
         """
         name = podstate.name(pod)
         if not podstate.is_operators(pod):
@@ -248,7 +260,8 @@ class PodRunner:
                 f"{job.namespace}; the Stack's run pod needs that name: delete or rename it"
             )
             return failed(operation, (self._now(), self._now()), message)
-        if podstate.is_stacks(pod, job) and not podstate.finished(pod):
+        done = podstate.finished(pod) or podstate.concluded(pod)
+        if podstate.is_stacks(pod, job) and not done:
             ran = podstate.annotation(pod, podspec.ANNOTATION_OPERATION) or "up"
             earlier = self._follow(job, pod, ran, keep=True)
             if operation == "destroy":

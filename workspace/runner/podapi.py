@@ -2,9 +2,10 @@
 
 ``PodApi`` is the only code that calls the API server for the pod runner. Every call has
 a timeout (``API_TIMEOUT``); the pod is always addressed by its name (``podspec.pod_name``),
-never listed. ``PodChanges`` follows one run pod by a watch with a ``metadata.name`` field
-selector, in a thread of its own, so a run is followed as the kubelet reports it instead of
-by re-reading the pod on a timer.
+never listed, and a delete or patch applies only to the pod of a given uid.
+``PodChanges`` follows one run pod by a watch with a ``metadata.name`` field selector, in
+a thread of its own, so a run is followed as the kubelet reports it instead of by
+re-reading the pod on a timer.
 
 Guarantees of ``PodChanges``:
 
@@ -89,6 +90,30 @@ class PodApi:
             )
         except ApiException as err:
             if err.status not in (404, 409):  # gone, or already another pod
+                raise
+
+    def mark_concluded(self, job: RunJob, uid: str, at: str) -> None:
+        """Annotate the Stack's run pod as concluded at ``at``, if it is still ``uid``.
+
+        A JSON patch that tests the uid first: a pod gone or replaced meanwhile is left
+        alone (404, or 422 for the failed test). Raises ``ApiException`` for any other
+        refusal (403 without the ``patch`` permission on pods).
+        """
+        key = podspec.ANNOTATION_CONCLUDED.replace("~", "~0").replace("/", "~1")
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": f"/metadata/annotations/{key}", "value": at},
+        ]
+        try:
+            self.core.patch_namespaced_pod(
+                podspec.pod_name(job.stack_name),
+                job.namespace,
+                patch,
+                _content_type="application/json-patch+json",
+                _request_timeout=API_TIMEOUT,
+            )
+        except ApiException as err:
+            if err.status not in (404, 422):  # gone, or already another pod
                 raise
 
     def has_claim(self, namespace: str, claim: str) -> bool:

@@ -13,7 +13,11 @@ Guarantees:
 * A stop with cause ``shutdown`` detaches (the pod goes on); any other stop deletes the pod
   with its grace period, once, and the follow goes on to read what the agent reports.
 * The pod is deleted once concluded, unless the run is ``keep`` (an earlier run's pod,
-  which its caller deletes).
+  which its caller deletes) or the job's ``reclaim`` is ``Retain``: a pod that has
+  finished (or reported its outcome and is ending) is then kept, annotated as concluded
+  (``podspec.ANNOTATION_CONCLUDED``) so that no later follow takes its outcome again; one
+  that never started, or that the operator interrupted, is deleted all the same. A pod
+  that cannot be annotated (the API refused) is deleted.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
-from workspace.runner import podstate
+from workspace.runner import podspec, podstate
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
 from workspace.runner.podapi import PodApi, PodChanges, close_stream, lines, unblock
@@ -222,9 +226,8 @@ class PodRun:
             self._with.metrics.pod_started(max(0.0, (at - self.created).total_seconds()))
 
     def concluded(self, outcome: Outcome) -> Outcome:
-        """The agent's outcome, checked against this run; the pod is deleted."""
-        if not self.keep:
-            self._with.api.delete(self.job, self.uid)
+        """The agent's outcome, checked against this run; the pod is deleted (or kept)."""
+        self.release(ended=True)
         if outcome.operation != self.operation:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
             return self._failed(message)
@@ -252,13 +255,40 @@ class PodRun:
         return self.fail(reason, message, delete=not gone)
 
     def fail(self, reason: str, message: str, *, delete: bool = True) -> Outcome:
-        """A ``RUNNER_FAILED`` outcome naming the pod's ``reason``; the pod is deleted."""
-        if delete and not self.keep:
-            self._with.api.delete(self.job, self.uid)
+        """A ``RUNNER_FAILED`` outcome naming the pod's ``reason``; the pod is deleted.
+
+        Or kept, for ``Retain``, when it ran and ended (not one that never started).
+        """
+        if delete:
+            last = self.last
+            self.release(ended=podstate.finished(last) or podstate.container_terminated(last))
         self._with.metrics.pod_failed(reason)
         text = f"the run pod {self.job.namespace}/{self.name} failed: {reason}"
         log.warning("The run pod ended without an outcome", pod=self.name, reason=reason)
         return self._failed(f"{text}: {message}" if message else text)
+
+    def release(self, *, ended: bool) -> None:
+        """Done with the pod: delete it, or keep it (``Retain``) if it ``ended`` on its own.
+
+        A kept pod is annotated as concluded; one that cannot be is deleted. Nothing for a
+        ``keep`` run (its caller deletes the pod).
+        """
+        if self.keep:
+            return
+        if ended and not self.interrupted and self.job.reclaim == podspec.RETAIN:
+            at = self._with.clock.wall().isoformat()
+            try:
+                self._with.api.mark_concluded(self.job, self.uid, at)
+            except ApiException as err:
+                log.warning(
+                    "Cannot mark the run pod concluded to retain it; deleting it",
+                    pod=self.name,
+                    status=err.status,
+                )
+            else:
+                log.info("Keeping the finished run pod (Retain)", pod=self.name)
+                return
+        self._with.api.delete(self.job, self.uid)
 
     def _failed(self, message: str) -> Outcome:
         return failed(self.operation, (self.started, self._with.clock.wall()), message)

@@ -47,6 +47,10 @@ ANNOTATION_STACK = "pulumi-stack-operator.dev/stack"
 ANNOTATION_GENERATION = "pulumi-stack-operator.dev/generation"
 ANNOTATION_COMMIT = "pulumi-stack-operator.dev/commit"
 ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
+# Set (to the time) on a finished run pod kept for ``Retain`` once its outcome was taken:
+# such a pod is never followed again, only deleted by the Stack's next run.
+ANNOTATION_CONCLUDED = "pulumi-stack-operator.dev/concluded"
+RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CACHE_VOLUME = "pulumi-cache"
 CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.volumes)

@@ -73,14 +73,24 @@ def is_stacks(pod: Pod, job: RunJob) -> bool:
 
 
 def is_run(pod: Pod, job: RunJob, operation: str) -> bool:
-    """Whether ``pod`` is this run's: this Stack's, generation, commit and operation."""
+    """Whether ``pod`` is this run's: this Stack's, generation, commit and operation.
+
+    Never a pod whose outcome was taken already (kept for ``Retain``: ``concluded``): a
+    later run of the same generation, commit and operation is another run.
+    """
     return (
         is_stacks(pod, job)
         and annotation(pod, podspec.ANNOTATION_GENERATION) == str(job.generation)
         and annotation(pod, podspec.ANNOTATION_COMMIT) == job.commit
         and annotation(pod, podspec.ANNOTATION_OPERATION) == operation
         and not pod["metadata"].get("deletionTimestamp")
+        and not concluded(pod)
     )
+
+
+def concluded(pod: Pod) -> bool:
+    """Whether the operator took the pod's outcome and kept the pod (``Retain``)."""
+    return annotation(pod, podspec.ANNOTATION_CONCLUDED) is not None
 
 
 def status(pod: Pod) -> Mapping[str, Any]:

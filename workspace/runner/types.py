@@ -87,11 +87,16 @@ class UpdateRequest:
     project's (``path`` means ``<project>:path``). A key that is in both ``config`` and
     ``secret_config`` is secret. ``secrets_provider`` is used when the stack is created.
     ``expect_no_refresh_changes`` applies only with ``refresh``. ``targets`` applies to
-    ``up`` and ``preview``. ``pulumi_home`` is the Stack's own ``PULUMI_HOME`` (created on
-    first use; the caller deletes it with the Stack); None uses the runner's shared home,
-    which is safe only for callers that run one tenant's stacks. ``job`` is what a runner
-    that runs elsewhere needs instead of ``work_dir``, ``env`` and ``secret_config``
-    (references, never secret values); ``LocalRunner`` ignores it.
+    ``up`` and ``preview``, and with it ``target_dependents`` (``--target-dependents``: the
+    targets' dependents too; ignored without targets). ``run_program`` makes ``destroy`` run
+    the program (``--run-program``: its dependencies are installed first). ``environments``
+    are Pulumi ESC environments: before the operation the stack's environment list is made
+    exactly these, in order; when empty, the list is left as the source has it (only Pulumi
+    Cloud backends have environments). ``pulumi_home`` is the Stack's own ``PULUMI_HOME``
+    (created on first use; the caller deletes it with the Stack); None uses the runner's
+    shared home, which is safe only for callers that run one tenant's stacks. ``job`` is
+    what a runner that runs elsewhere needs instead of ``work_dir``, ``env`` and
+    ``secret_config`` (references, never secret values); ``LocalRunner`` ignores it.
     """
 
     work_dir: Path
@@ -108,6 +113,9 @@ class UpdateRequest:
     message: str = ""
     pulumi_home: Path | None = None
     job: RunJob | None = None
+    target_dependents: bool = False
+    run_program: bool = False
+    environments: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         """Show everything but values that may be secret."""
@@ -120,7 +128,8 @@ class UpdateRequest:
             f"preview={self.preview}, targets={self.targets!r}, "
             f"use_local_stack_only={self.use_local_stack_only}, message={self.message!r}, "
             f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r}, "
-            f"job={self.job!r})"
+            f"job={self.job!r}, target_dependents={self.target_dependents}, "
+            f"run_program={self.run_program}, environments={self.environments!r})"
         )
 
 
@@ -163,6 +172,18 @@ class InstallRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectInfo:
+    """The program's project, as its project file (``Pulumi.yaml``) names it.
+
+    ``runtime`` is the runtime's name (``nodejs``, ``python``, ``yaml``, …), also when the
+    file gives the runtime as a mapping with options.
+    """
+
+    name: str
+    runtime: str
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one operation did.
 
@@ -174,7 +195,8 @@ class Outcome:
     a failed or previewed operation. Times are aware UTC. ``installs`` are the dependency
     and plugin steps that ran or hit their cache; ``cache_bytes`` what the dependency
     cache held after an install (``environments``, ``downloads``, ``plugins``), empty when
-    it was not measured.
+    it was not measured. ``project`` is the program's project when its project file could
+    be read (also for a failure after that), else None.
     """
 
     operation: Operation
@@ -188,6 +210,7 @@ class Outcome:
     ended: datetime
     installs: tuple[InstallRecord, ...] = ()
     cache_bytes: Mapping[str, int] = field(default_factory=dict)
+    project: ProjectInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,18 @@
-"""The git side of the reconciler: resolve a branch to a commit, check a commit out.
+"""The source side of the reconciler: git branches and commits, and Flux artifacts.
 
 ``resolve_revision`` asks the remote which commit a branch points at (``git ls-remote``);
 ``checkout`` makes a directory a working tree at exactly one commit, reusing the clone that
 is already there; ``program_dir`` finds ``spec.repoDir`` inside a checkout. The first two run
-the real ``git`` CLI. Code outside this package imports only what is exported here.
+the real ``git`` CLI. ``fetch_artifact`` (for ``spec.fluxSource``) downloads the artifact a
+Flux source reports (a ``.tar.gz`` served by source-controller), verifies its digest and
+unpacks it safely, with the standard library only. Code outside this package imports only
+what is exported here.
 
 Modules, one job each: ``errors`` (the failures), ``credentials`` (credentials and the
 environment git runs in), ``url`` (URL checks, credentials out of URLs, redaction), ``git``
 (running git under a deadline, classifying its failures), ``fetch`` (resolve and checkout),
-``program`` (``spec.repoDir``).
+``program`` (``spec.repoDir``), ``artifact`` (download and verify a Flux artifact, swap it
+in), ``unpack`` (unpack a gzip tar, refusing unsafe entries and oversized archives).
 
 Guarantees:
 - Every git call is an argument list (never a shell) with a timeout (by default
@@ -38,27 +42,49 @@ Guarantees:
   good clone: a first clone is built in a sibling staging directory and renamed into place;
   an existing clone is updated with git's own atomic fetch, and a clone that git cannot use
   is replaced.
+- ``fetch_artifact`` unpacks nothing before the digest matches (sha256, sha384 or sha512;
+  others are refused), and never leaves a half-written target: it unpacks into a sibling
+  staging directory renamed into place. Only files, directories and links that stay inside
+  land, with modes reduced to 0644/0755; the download, the unpacked size and the entries are
+  bounded (``MAX_ARTIFACT_BYTES``, ``MAX_UNPACKED_BYTES``, ``MAX_ARTIFACT_ENTRIES``), and so
+  is the time (``ARTIFACT_TIMEOUT_SECONDS``). Only http(s) is fetched, redirects included.
 
 Left to others: when to poll (the reconciler), Git LFS and submodules (not fetched), and
-serialising calls for one ``work_dir`` (one worker per Stack key does that).
+serialising calls for one ``work_dir`` or target (one worker per Stack key does that).
 """
 
 from __future__ import annotations
 
+from workspace.source.artifact import (
+    ARTIFACT_TIMEOUT_SECONDS,
+    MAX_ARTIFACT_BYTES,
+    MAX_ARTIFACT_ENTRIES,
+    MAX_UNPACKED_BYTES,
+    fetch_artifact,
+    parse_digest,
+)
 from workspace.source.credentials import GitCredentials, git_environment
 from workspace.source.errors import SourceError, SourceFailure
 from workspace.source.fetch import checkout, resolve_revision
+from workspace.source.inline import write_project
 from workspace.source.program import ProgramDirError, program_dir
 from workspace.source.url import redact_url
 
 __all__ = [
+    "ARTIFACT_TIMEOUT_SECONDS",
+    "MAX_ARTIFACT_BYTES",
+    "MAX_ARTIFACT_ENTRIES",
+    "MAX_UNPACKED_BYTES",
     "GitCredentials",
     "ProgramDirError",
     "SourceError",
     "SourceFailure",
     "checkout",
+    "fetch_artifact",
     "git_environment",
+    "parse_digest",
     "program_dir",
     "redact_url",
     "resolve_revision",
+    "write_project",
 ]

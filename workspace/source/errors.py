@@ -11,6 +11,11 @@ class SourceFailure(enum.StrEnum):
     AUTHENTICATION_FAILED = "AuthenticationFailed"
     REVISION_NOT_FOUND = "RevisionNotFound"
     SOURCE_UNAVAILABLE = "SourceUnavailable"
+    ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"
+    """A downloaded Flux artifact does not have the digest its source reports (not transient)."""
+    ARTIFACT_UNSAFE = "ArtifactUnsafe"
+    """A Flux artifact was refused (not transient): unsafe entries, too large, too many
+    entries, not a gzip tar, or a digest the operator cannot verify."""
 
 
 class SourceError(Exception):
@@ -18,7 +23,8 @@ class SourceError(Exception):
 
     ``reason`` names the failure; ``transient`` is True when retrying later may succeed
     without any change (network failures, timeouts, HTTP 5xx/429) and False when it will not
-    (credentials refused, unknown branch or commit, missing repository, a URL git refuses).
+    (credentials refused, unknown branch or commit, missing repository, a URL git refuses,
+    a Flux artifact refused or not matching its digest).
     The message is scrubbed of every credential and of URL user information.
     """
 

@@ -75,19 +75,21 @@ def resolve_revision(
     raise SourceError(msg, reason=SourceFailure.REVISION_NOT_FOUND, transient=False)
 
 
-def checkout(
+def checkout(  # noqa: PLR0913 - the source, then keyword-only options
     url: str,
     work_dir: Path,
     *,
     commit: str,
     credentials: GitCredentials | None = None,
     timeout: float | None = None,
+    shallow: bool = True,
 ) -> str:
     """Make ``work_dir`` a clean working tree of ``url`` at ``commit``; return its full SHA.
 
     ``commit`` is a full or abbreviated SHA. An existing clone of the same URL is reused and
-    only missing objects are fetched, shallowly (``--depth 1``); a commit already present is
-    not fetched at all. If the server refuses to send a commit by id (or the id is
+    only missing objects are fetched: with ``shallow`` only the commit (``--depth 1``),
+    without it the commit and its whole history (a shallow clone is deepened); a commit
+    already present is not fetched again. If the server refuses to send a commit by id (or the id is
     abbreviated), every branch and tag is fetched and the commit looked up there. A
     directory that is not a usable clone of ``url`` is replaced. Afterwards HEAD is detached
     at the commit, tracked files are as committed, and everything git does not track is
@@ -111,13 +113,13 @@ def checkout(
         git = Git(env, url, login, limit)
         if _is_clone_of(git, work_dir, url):
             try:
-                return _update(git, work_dir, commit)
+                return _update(git, work_dir, commit, shallow=shallow)
             except (BrokenRepositoryError, UnclassifiedError) as err:
                 log.warning(
                     "Clone is unusable; cloning again", work_dir=str(work_dir), error=str(err)
                 )
         try:
-            return _clone(git, work_dir, commit)
+            return _clone(git, work_dir, commit, shallow=shallow)
         except BrokenRepositoryError as err:
             msg = f"cannot prepare {work_dir}: {err}"
             raise SourceError(msg, reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True) from err
@@ -134,13 +136,13 @@ def _is_clone_of(git: Git, work_dir: Path, url: str) -> bool:
     return origin.code == 0 and origin.stdout.strip() == url
 
 
-def _update(git: Git, repo: Path, commit: str) -> str:
-    sha = _fetch_commit(git, repo, commit)
+def _update(git: Git, repo: Path, commit: str, *, shallow: bool) -> str:
+    sha = _fetch_commit(git, repo, commit, shallow=shallow)
     _sync_tree(git, repo, sha)
     return sha
 
 
-def _clone(git: Git, work_dir: Path, commit: str) -> str:
+def _clone(git: Git, work_dir: Path, commit: str, *, shallow: bool) -> str:
     """Clone into a staging directory beside ``work_dir``, then swap it in."""
     work_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(work_dir)
@@ -148,7 +150,7 @@ def _clone(git: Git, work_dir: Path, commit: str) -> str:
     try:
         git.local(["init", "--quiet"], staging)
         git.local(["remote", "add", "origin", git.url], staging)
-        sha = _fetch_commit(git, staging, commit)
+        sha = _fetch_commit(git, staging, commit, shallow=shallow)
         _sync_tree(git, staging, sha)
         _swap_in(staging, work_dir)
     except BaseException:
@@ -157,14 +159,18 @@ def _clone(git: Git, work_dir: Path, commit: str) -> str:
     return sha
 
 
-def _fetch_commit(git: Git, repo: Path, commit: str) -> str:
-    """Fetch one commit by id; fall back to all branches and tags if the server refuses."""
+def _fetch_commit(git: Git, repo: Path, commit: str, *, shallow: bool) -> str:
+    """Fetch one commit by id; fall back to all branches and tags if the server refuses.
+
+    Without ``shallow`` the commit's history comes too (a shallow clone is deepened).
+    """
     found = _local_commit(git, repo, commit)
-    if found is not None:
+    if found is not None and (shallow or not _is_shallow(git, repo)):
         return found  # a commit never changes: nothing to fetch
+    depth = ["--depth=1"] if shallow else (["--unshallow"] if _is_shallow(git, repo) else [])
     if len(commit) in {40, 64}:
         try:
-            git.remote(["fetch", "--quiet", "--no-tags", "--depth=1", "origin", commit], repo)
+            git.remote(["fetch", "--quiet", "--no-tags", *depth, "origin", commit], repo)
         except SourceError as err:
             if err.reason is not SourceFailure.REVISION_NOT_FOUND and not isinstance(
                 err, UnclassifiedError
@@ -181,8 +187,12 @@ def _fetch_commit(git: Git, repo: Path, commit: str) -> str:
     return found
 
 
+def _is_shallow(git: Git, repo: Path) -> bool:
+    return git.local(["rev-parse", "--is-shallow-repository"], repo).strip() == "true"
+
+
 def _fetch_all(git: Git, repo: Path) -> None:
-    shallow = git.local(["rev-parse", "--is-shallow-repository"], repo).strip() == "true"
+    shallow = _is_shallow(git, repo)
     args = ["fetch", "--quiet", "--no-tags", *(["--unshallow"] if shallow else []), "origin"]
     git.remote([*args, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"], repo)
 

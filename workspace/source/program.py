@@ -1,4 +1,4 @@
-"""Where the program is: ``spec.repoDir`` inside a checkout, never outside it."""
+"""Where the program is: ``spec.repoDir`` (or ``fluxSource.dir``) inside a source, not outside."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ class ProgramDirError(ValueError):
     """
 
 
-def program_dir(checkout: Path, repo_dir: str | None) -> Path:
-    """The directory ``spec.repoDir`` names inside ``checkout``, symlinks resolved.
+def program_dir(checkout: Path, repo_dir: str | None, field: str = "spec.repoDir") -> Path:
+    """The directory ``field`` (``spec.repoDir``) names inside ``checkout``, symlinks resolved.
 
     ``repo_dir`` is relative to the top of the checkout (None or "" or "." is the top). The
-    result is the real path, so the program runs where the check was made.
+    result is the real path, so the program runs where the check was made. ``field`` is the
+    spec field the messages name (``spec.fluxSource.dir`` for an unpacked Flux artifact).
 
     Raises:
         ProgramDirError: the path leaves the checkout (through ``..`` or a symlink, which
@@ -30,17 +31,18 @@ def program_dir(checkout: Path, repo_dir: str | None) -> Path:
     try:
         target = (root / relative).resolve()
     except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
-        raise _invalid_repo_dir(relative, "is a symlink loop") from None
+        raise _invalid_repo_dir(field, relative, "is a symlink loop") from None
     if relative.is_absolute() or not target.is_relative_to(root):
-        raise _invalid_repo_dir(relative, "leads outside the repository (through .. or a symlink)")
+        problem = "leads outside the source (through .. or a symlink)"
+        raise _invalid_repo_dir(field, relative, problem)
     if not target.is_dir():
-        problem = "does not exist in the repository at this commit, or is not a directory"
-        raise _invalid_repo_dir(relative, problem)
+        problem = "does not exist in the source at this revision, or is not a directory"
+        raise _invalid_repo_dir(field, relative, problem)
     return target
 
 
-def _invalid_repo_dir(relative: PurePosixPath, problem: str) -> ProgramDirError:
+def _invalid_repo_dir(field: str, relative: PurePosixPath, problem: str) -> ProgramDirError:
     return ProgramDirError(
-        f"spec.repoDir {str(relative)!r} {problem}: point spec.repoDir at a directory inside"
-        " the repository that holds Pulumi.yaml (or commit that directory)"
+        f"{field} {str(relative)!r} {problem}: point {field} at a directory inside"
+        " the source that holds Pulumi.yaml (or add that directory to the source)"
     )

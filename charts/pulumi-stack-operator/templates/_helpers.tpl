@@ -57,10 +57,23 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
+- apiGroups: [""]
+  resources: [configmaps]
+  # configRef: the ConfigMaps a Stack names, one at a time when a run needs them.
+  verbs: [get]
+- apiGroups: [pulumi.com]
+  resources: [programs]
+  # programRef: the informer of Programs (a change runs the Stacks that reference it).
+  verbs: [get, list, watch]
+- apiGroups: [source.toolkit.fluxcd.io]
+  resources: [gitrepositories, ocirepositories, buckets]
+  # fluxSource: an informer per source kind the cluster serves (a new artifact runs the
+  # Stacks that reference the source).
+  verbs: [get, list, watch]
 # The pod runner: run pods read and watched by name, created and deleted; their log followed.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, watch, create, delete]
+  verbs: [get, watch, create, delete, patch]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

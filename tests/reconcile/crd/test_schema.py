@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 
 
 def test_crd_names_versions_and_subresource(plane: ControlPlane) -> None:
-    """The CRD serves pulumi.com/v1 Stack, namespaced, in category pulumi, with /status."""
+    """The CRD serves pulumi.com/v1 Stack, namespaced, in category pulumi, with /status.
+
+    It also serves PKO v2's deprecated v1alpha1 (the same schema, stored as v1).
+    """
     crd = json.loads(plane.kubectl("get", "crd", "stacks.pulumi.com", "-o", "json").stdout)
     spec = crd["spec"]
     assert spec["group"] == "pulumi.com"
@@ -35,9 +38,12 @@ def test_crd_names_versions_and_subresource(plane: ControlPlane) -> None:
     assert spec["names"]["singular"] == "stack"
     assert spec["names"]["categories"] == ["pulumi"]
     assert "shortNames" not in spec["names"]
-    [version] = spec["versions"]
+    version, alpha = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
     assert version["subresources"] == {"status": {}}
+    assert (alpha["name"], alpha["served"], alpha["storage"]) == ("v1alpha1", True, False)
+    assert alpha["deprecated"] is True
+    assert alpha["schema"] == version["schema"]
 
 
 def _properties(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -27,6 +27,7 @@ from typing import Any, Final, TypeAlias
 import pytest
 
 from reconcile.spec import SpecError, parse_spec
+from reconcile.spec.model import ConfigMapKeyRef, FluxSourceRef
 from tests.reconcile.spec.helpers import SHA, base, secret
 
 TOKEN: Final = "ghp_0123456789abcdefTOKEN"  # noqa: S105 - fake; no error may echo it
@@ -387,20 +388,173 @@ BACKEND = [
     ),
 ]
 
-# Pulumi Kubernetes Operator fields the operator refuses: deprecated, or not supported yet.
+# The other program sources (fluxSource, programRef) and the PKO v2 fields around them.
+_GIT_OFF: Final = {"projectRepo": None, "branch": None}
+_FLUX_API = "source.toolkit.fluxcd.io/v1"
+_FLUX_REF: Final = {"apiVersion": _FLUX_API, "kind": "GitRepository", "name": "infra"}
+_NAME_FORM = "the schema checks the type of a source's fields, not their values or form"
+PKO_V2 = [
+    Case(
+        "flux-source",
+        {**_GIT_OFF, "fluxSource": {"sourceRef": _FLUX_REF, "dir": "stacks/app"}},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={
+            "flux_source": FluxSourceRef(_FLUX_API, "GitRepository", "infra", "stacks/app"),
+            "project_repo": None,
+            "source_kind": "flux",
+        },
+    ),
+    *(
+        Case(
+            f"flux-{kind.lower()}-{version}",
+            {
+                **_GIT_OFF,
+                "fluxSource": {"sourceRef": {**_FLUX_REF, "kind": kind, "apiVersion": api}},
+            },
+            parser=ACCEPTED,
+            apiserver=ACCEPTED,
+            parsed={"flux_source": FluxSourceRef(api, kind, "infra")},
+        )
+        for kind in ("OCIRepository", "Bucket")
+        for version, api in (("v1", _FLUX_API), ("v1beta2", "source.toolkit.fluxcd.io/v1beta2"))
+    ),
+    Case(
+        "flux-and-repo",
+        {"fluxSource": {"sourceRef": _FLUX_REF}},
+        parser=Refused("spec.fluxSource", "exclusive"),
+        apiserver=Refused("spec.projectRepo", "exclusive: set exactly one program source"),
+    ),
+    Case(
+        "flux-kind-unknown",
+        {**_GIT_OFF, "fluxSource": {"sourceRef": {**_FLUX_REF, "kind": "HelmRepository"}}},
+        parser=Refused("spec.fluxSource.sourceRef.kind", "not a Flux source kind"),
+        apiserver=ACCEPTED,
+        why=_NAME_FORM,
+    ),
+    Case(
+        "flux-api-unknown",
+        {**_GIT_OFF, "fluxSource": {"sourceRef": {**_FLUX_REF, "apiVersion": "v1"}}},
+        parser=Refused("spec.fluxSource.sourceRef.apiVersion", "not a Flux source API"),
+        apiserver=ACCEPTED,
+        why=_NAME_FORM,
+    ),
+    Case(
+        "flux-dir-escapes",
+        {**_GIT_OFF, "fluxSource": {"sourceRef": _FLUX_REF, "dir": "../other"}},
+        parser=Refused("spec.fluxSource.dir", "must stay inside the artifact"),
+        apiserver=ACCEPTED,
+        why=_NAME_FORM,
+    ),
+    Case(
+        "flux-source-ref-required",
+        {**_GIT_OFF, "fluxSource": {"dir": "app"}},
+        parser=Refused("spec.fluxSource.sourceRef", "is required"),
+        apiserver=Refused("spec.fluxSource.sourceRef", "Required value"),
+    ),
+    Case(
+        "flux-with-branch",
+        {"projectRepo": None, "fluxSource": {"sourceRef": _FLUX_REF}},
+        parser=Refused("spec.branch", "applies to projectRepo only"),
+        apiserver=ACCEPTED,
+        why="the CEL rules pair branch with projectRepo only when projectRepo is set",
+    ),
+    Case(
+        "program-ref",
+        {**_GIT_OFF, "programRef": {"name": "random-yaml"}},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"program_ref": "random-yaml", "source_kind": "program"},
+    ),
+    Case(
+        "program-ref-name-form",
+        {**_GIT_OFF, "programRef": {"name": "Random_YAML"}},
+        parser=Refused("spec.programRef.name", "not a Program name"),
+        apiserver=ACCEPTED,
+        why=_NAME_FORM,
+    ),
+    Case(
+        "program-and-flux",
+        {**_GIT_OFF, "programRef": {"name": "p"}, "fluxSource": {"sourceRef": _FLUX_REF}},
+        parser=Refused("spec.programRef", "exclusive"),
+        apiserver=Refused("spec.projectRepo", "exclusive"),
+    ),
+    Case(
+        "config-ref",
+        {"configRef": {"app": {"name": "app-config", "key": "settings.json", "json": True}}},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"config_ref": {"app": ConfigMapKeyRef("app-config", "settings.json", json=True)}},
+    ),
+    Case(
+        "config-ref-key-required",
+        {"configRef": {"app": {"name": "app-config"}}},
+        parser=Refused("spec.configRef[app].key", "is required"),
+        apiserver=Refused("spec.configRef.app.key", "Required value"),
+    ),
+    Case(
+        "config-ref-bad-config-key",
+        {"configRef": {"a:b:c": {"name": "cm", "key": "k"}}},
+        parser=Refused("spec.configRef[a:b:c]", "not a Pulumi config key"),
+        apiserver=ACCEPTED,
+        why="the schema cannot check config keys (a map's keys)",
+    ),
+    Case(
+        "environment",
+        {"environment": ["infra/dev", "shared"]},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"environments": ("infra/dev", "shared")},
+    ),
+    Case(
+        "environment-twice",
+        {"environment": ["infra/dev", "infra/dev"]},
+        parser=Refused("spec.environment[1]", "listed twice"),
+        apiserver=ACCEPTED,
+        why="an atomic list may repeat an item",
+    ),
+    Case(
+        "reclaim-retain",
+        {"workspaceReclaimPolicy": "Retain"},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"workspace_reclaim_policy": "Retain"},
+    ),
+    Case(
+        "reclaim-unknown",
+        {"workspaceReclaimPolicy": "Keep"},
+        parser=Refused("spec.workspaceReclaimPolicy", "not a reclaim policy"),
+        apiserver=Refused("spec.workspaceReclaimPolicy", "Unsupported value"),
+    ),
+    Case(
+        "pko-v2-flags",
+        {"targetDependents": True, "runProgram": True, "shallow": True, "targets": ["urn:a"]},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"target_dependents": True, "run_program": True, "shallow": True},
+    ),
+    Case(
+        "github-app",
+        {"gitAuth": {"githubApp": {"appID": {"type": "Literal", "literal": {"value": "1"}}}}},
+        parser=Refused("spec.gitAuth.githubApp", "mint an installation token"),
+        apiserver=ACCEPTED,
+        why=_NOT_SCHEMA,
+    ),
+    Case(
+        "update-template",
+        {"updateTemplate": {"spec": {"ttlAfterCompleted": "1h"}}},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+    ),
+]
+
+# Pulumi Kubernetes Operator fields the operator refuses: deprecated.
 _REFUSED_FIELDS: Final[list[tuple[str, str, object, str]]] = [
     ("secrets", "secrets", {"db:password": "hunter2"}, "use secretsRef"),
     ("envs", "envs", ["settings"], "use envRefs"),
     ("env-secrets", "envSecrets", ["creds"], "use envRefs"),
     ("token-secret", "accessTokenSecret", "tok", "use envRefs.PULUMI_ACCESS_TOKEN"),
     ("git-auth-secret", "gitAuthSecret", "git", "use gitAuth"),
-    ("program-ref", "programRef", {"name": "p"}, "not supported yet"),
-    (
-        "flux-source",
-        "fluxSource",
-        {"sourceRef": {"apiVersion": "v1", "kind": "K", "name": "n"}},
-        "not supported yet",
-    ),
 ]
 REFUSED_FIELDS = [
     Case(
@@ -485,7 +639,15 @@ RUN_POD = [
     ),
 ]
 
-CASES: Final = [*SOURCE, *REPO_URL, *CONFIG_AND_REFS, *BACKEND, *REFUSED_FIELDS, *RUN_POD]
+CASES: Final = [
+    *SOURCE,
+    *REPO_URL,
+    *CONFIG_AND_REFS,
+    *BACKEND,
+    *PKO_V2,
+    *REFUSED_FIELDS,
+    *RUN_POD,
+]
 """Every case; their ids are unique."""
 
 if len({case.id for case in CASES}) != len(CASES):

@@ -273,14 +273,14 @@ INVALID = [
     pytest.param(
         base(fluxSource={"sourceRef": {"kind": "GitRepository", "name": "x"}}),
         "spec.fluxSource",
-        "not supported yet",
-        id="flux-source",
+        "exclusive",
+        id="flux-source-beside-repo",
     ),
     pytest.param(
-        without(base(programRef={"name": "p"}), "projectRepo", "branch"),
-        "spec.programRef",
-        "not supported yet",
-        id="program-ref",
+        without(base(programRef={"name": "p"}, commit="abcd"), "projectRepo", "branch"),
+        "spec.commit",
+        "applies to projectRepo only",
+        id="program-ref-with-commit",
     ),
     pytest.param(base(envs=["cm"]), "spec.envs", "use envRefs", id="deprecated-envs"),
     pytest.param(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress
+from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress, ProjectInfo
 from workspace.runner.channel import PREFIX, fitted, outcome_line, parse_line, progress_line
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -52,6 +52,32 @@ def test_installs_and_their_cache_come_back_from_the_pod() -> None:
         outcome(succeeded=False, error=ErrorKind.DEPENDENCIES_INVALID, installs=(failed,)),
     ):
         assert parse_line(outcome_line(sent)) == sent
+
+
+def test_the_project_comes_back_and_a_line_without_one_names_none() -> None:
+    """With a project (success or failure) it round-trips; an older agent's line has none."""
+    project = ProjectInfo(name="app", runtime="nodejs")
+    for sent in (
+        outcome(project=project),
+        outcome(succeeded=False, error=ErrorKind.SETUP_FAILED, message="x", project=project),
+        outcome(),
+    ):
+        assert parse_line(outcome_line(sent)) == sent
+    body = json.loads(outcome_line(outcome(project=project))[len(PREFIX) :])
+    assert body["outcome"]["project"] == {"name": "app", "runtime": "nodejs"}
+    del body["outcome"]["project"]
+    older = parse_line(PREFIX + json.dumps(body))
+    assert isinstance(older, Outcome)
+    assert older.project is None
+    assert "project" not in json.loads(outcome_line(outcome())[len(PREFIX) :])["outcome"]
+
+
+@pytest.mark.parametrize("project", ["app", {"name": "app"}, {"name": 1, "runtime": "go"}])
+def test_a_malformed_project_is_a_malformed_report(project: object) -> None:
+    """A project that is not ``{"name": str, "runtime": str}`` drops the line, as other fields."""
+    body = json.loads(outcome_line(outcome())[len(PREFIX) :])
+    body["outcome"]["project"] = project
+    assert parse_line(PREFIX + json.dumps(body)) is None
 
 
 @pytest.mark.parametrize(

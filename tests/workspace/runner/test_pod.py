@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -35,7 +36,7 @@ from workspace.runner import (
 )
 from workspace.runner.channel import outcome_line, progress_line
 from workspace.runner.podapi import PodChanges
-from workspace.runner.podspec import run_pod
+from workspace.runner.podspec import ANNOTATION_CONCLUDED, run_pod
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 JOB = RunJob(
@@ -112,14 +113,20 @@ class Watch:
 
 
 class FakePods:
-    """The few CoreV1Api calls PodRunner makes, over one namespace's pods, with watches."""
+    """The few CoreV1Api calls PodRunner makes, over one namespace's pods, with watches.
+
+    A watch from a resourceVersion first gets every change after it, as the API server's.
+    """
 
     def __init__(self) -> None:
         """No pods; new ones run."""
         self.pods: dict[str, dict[str, Any]] = {}
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        self.patches: list[list[dict[str, Any]]] = []
+        self.patch_error: int | None = None  # the status a patch fails with
         self.log: list[str] = []
+        self.log_reads = 0
         self.status: dict[str, Any] = {"phase": "Running", "containerStatuses": [running()]}
         self.on_log: Any = None
         self.on_create: Any = None
@@ -127,14 +134,21 @@ class FakePods:
         self.watches: list[Watch] = []
         self.reads = 0
         self._version = 0
+        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
 
     def add(self, pod: dict[str, Any]) -> None:
         """Store ``pod`` (a new resourceVersion) and tell every watch."""
-        self._version += 1
-        pod["metadata"]["resourceVersion"] = str(self._version)
-        self.pods[pod["metadata"]["name"]] = pod
+        with self._lock:
+            self._version += 1
+            pod["metadata"]["resourceVersion"] = str(self._version)
+            self.pods[pod["metadata"]["name"]] = pod
+            self._tell("MODIFIED", pod)
+
+    def _tell(self, kind: str, pod: dict[str, Any]) -> None:
+        self._history.append((self._version, kind, copy.deepcopy(pod)))
         for watch in self.watches:
-            watch.send("MODIFIED", pod)
+            watch.send(kind, pod)
 
     def set_status(self, name: str, status: dict[str, Any]) -> None:
         """The kubelet reports ``status`` for the pod ``name``."""
@@ -179,23 +193,58 @@ class FakePods:
         assert kwargs["watch"] is True
         assert kwargs["field_selector"] == "metadata.name=web-pulumi"
         watch = Watch()
-        if kwargs.get("resource_version") is None and "web-pulumi" in self.pods:
-            watch.send("ADDED", self.pods["web-pulumi"])
-        self.watches.append(watch)
+        since = kwargs.get("resource_version")
+        with self._lock:
+            if since is None and "web-pulumi" in self.pods:
+                watch.send("ADDED", self.pods["web-pulumi"])
+            for version, kind, pod in self._history if since is not None else ():
+                if version > int(str(since)):
+                    watch.send(kind, pod)
+            self.watches.append(watch)
         return watch
 
     def delete_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> None:
         """Delete at once (recorded; watches see it)."""
         del namespace, body, kwargs
         self.deleted.append(name)
-        gone = self.pods.pop(name, None)
-        if gone is not None:
-            for watch in self.watches:
-                watch.send("DELETED", gone)
+        with self._lock:
+            gone = self.pods.pop(name, None)
+            if gone is not None:
+                self._version += 1
+                gone["metadata"]["resourceVersion"] = str(self._version)
+                self._tell("DELETED", gone)
+
+    def patch_namespaced_pod(
+        self, name: str, namespace: str, body: list[dict[str, Any]], **kwargs: Any
+    ) -> dict[str, Any]:
+        """A JSON patch of ``test`` and ``add`` operations (422 when a test fails)."""
+        del namespace
+        assert kwargs["_content_type"] == "application/json-patch+json"
+        self.patches.append(body)
+        if self.patch_error is not None:
+            raise ApiException(status=self.patch_error, reason="Refused")
+        if name not in self.pods:
+            raise ApiException(status=404, reason="NotFound")
+        pod = copy.deepcopy(self.pods[name])
+        for operation in body:
+            *parents, key = (
+                part.replace("~1", "/").replace("~0", "~")
+                for part in operation["path"].split("/")[1:]
+            )
+            target = pod
+            for part in parents:
+                target = target[part]
+            if operation["op"] == "test" and target.get(key) != operation["value"]:
+                raise ApiException(status=422, reason="Invalid")
+            if operation["op"] == "add":
+                target[key] = operation["value"]
+        self.add(pod)
+        return copy.deepcopy(pod)
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Log:
         """The log (after ``on_log``, which may change the pod)."""
         del name, namespace, kwargs
+        self.log_reads += 1
         if self.on_log is not None:
             self.on_log()
         return Log(self.log)
@@ -452,3 +501,151 @@ def until(changes: PodChanges, seen: int, check: Callable[[Any], bool]) -> int:
     while not check(changes.pod):
         seen = changes.wait(seen, float("inf"))
     return seen
+
+
+RETAINED = dataclasses.replace(JOB, reclaim="Retain")
+RETAIN_REQUEST = dataclasses.replace(REQUEST, job=RETAINED)
+ENDED = {
+    "phase": "Succeeded",
+    "containerStatuses": [
+        {"name": "pulumi", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}
+    ],
+}
+
+
+def concluded_mark(pod: dict[str, Any]) -> str | None:
+    """The pod's concluded annotation, if it has one."""
+    found: str | None = pod["metadata"]["annotations"].get(ANNOTATION_CONCLUDED)
+    return found
+
+
+def run_once(pods: FakePods, request: UpdateRequest = RETAIN_REQUEST) -> Outcome:
+    """Run ``request`` on ``pods`` to its outcome."""
+    return finished(runner(pods).run(request, on_progress=lambda _p: None, stop=threading.Event()))
+
+
+@pytest.mark.parametrize("exited", [True, False], ids=["ended", "still-exiting"])
+def test_retain_keeps_the_finished_pod_and_the_next_run_deletes_it_first(*, exited: bool) -> None:
+    """The pod stays, marked concluded; the next run (same generation) never takes its outcome.
+
+    A resync or a retry runs the same generation, commit and operation again: the kept pod
+    would look like that run's. Its mark makes it an earlier run's: deleted at once (not
+    waited for, even if its agent has not exited yet), then replaced.
+    """
+    pods = FakePods()
+    pods.log = [outcome_line(DONE)]
+    assert run_once(pods) == DONE
+    assert pods.deleted == []
+    kept = pods.pods["web-pulumi"]
+    assert concluded_mark(kept) is not None
+    assert pods.patches[0][0] == {"op": "test", "path": "/metadata/uid", "value": "pod-0"}
+    if exited:
+        pods.set_status("web-pulumi", ENDED)
+
+    again = dataclasses.replace(DONE, resource_changes={"same": 1})
+    pods.log = [outcome_line(again)]
+    reads = pods.log_reads
+    assert run_once(pods) == again
+    assert pods.log_reads == reads + 1  # only the new pod's log
+    assert pods.deleted == ["web-pulumi"]  # the kept one, before the new one was created
+    assert [p["metadata"]["uid"] for p in pods.created] == ["pod-0", "pod-1"]
+    assert concluded_mark(pods.pods["web-pulumi"]) is not None  # the new one is kept too
+    assert pods.pods["web-pulumi"]["metadata"]["uid"] == "pod-1"
+
+
+def test_delete_is_the_default_and_keeps_nothing() -> None:
+    """Without Retain the pod goes once its outcome is in, unmarked."""
+    pods = FakePods()
+    pods.log = [outcome_line(DONE)]
+    assert run_once(pods, REQUEST) == DONE
+    assert pods.deleted == ["web-pulumi"]
+    assert pods.patches == []
+
+
+def retained_pod(generation: int, *, marked: bool) -> dict[str, Any]:
+    """A finished run pod of ``generation`` (uid ``old``), concluded when ``marked``."""
+    pod = run_pod(dataclasses.replace(RETAINED, generation=generation), "up", image="x", grace=60)
+    pod["metadata"]["uid"] = "old"
+    if marked:
+        pod["metadata"]["annotations"][ANNOTATION_CONCLUDED] = T0.isoformat()
+    pod["status"] = ENDED
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("generation", "marked"),
+    [(1, True), (2, True), (1, False)],
+    ids=["older-kept", "same-generation-kept", "older-left-behind"],
+)
+def test_attach_ignores_a_finished_pod_that_is_not_this_runs(
+    generation: int, *, marked: bool
+) -> None:
+    """After a restart, a kept (or older) pod's outcome is not concluded for generation 2.
+
+    The pod is deleted and attach says there is no run (the reconciler concludes the
+    orphaned run as interrupted); its log is never read.
+    """
+    pods = FakePods()
+    pods.add(retained_pod(generation, marked=marked))
+    pods.log = [outcome_line(DONE)]
+    assert runner(pods).attach(RETAIN_REQUEST) is None
+    assert pods.log_reads == 0
+    assert pods.deleted == ["web-pulumi"]
+    assert pods.created == []
+
+
+def test_attach_takes_the_outcome_of_this_runs_pod_that_ended_unconcluded() -> None:
+    """The run's own pod ended while no operator followed it: its outcome is the run's."""
+    pods = FakePods()
+    pods.add(retained_pod(2, marked=False))
+    pods.log = [outcome_line(DONE)]
+    assert runner(pods).attach(RETAIN_REQUEST) == DONE
+    assert pods.deleted == []
+    assert concluded_mark(pods.pods["web-pulumi"]) is not None
+
+
+def test_retain_keeps_a_pod_that_ended_without_an_outcome() -> None:
+    """OOMKilled: RunnerFailed, and the pod stays for its log (marked)."""
+    pods = FakePods()
+    pods.log = ["some output"]
+    killed = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    status = {"phase": "Failed", "containerStatuses": [{"name": "pulumi", "state": killed}]}
+    pods.on_log = lambda: pods.set_status("web-pulumi", status)
+    outcome = run_once(pods)
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert pods.deleted == []
+    assert concluded_mark(pods.pods["web-pulumi"]) is not None
+
+
+def test_retain_still_deletes_a_pod_that_never_started() -> None:
+    """ImagePullBackOff: nothing ran, nothing to keep; it would only pull on."""
+    pods = FakePods()
+    waiting = {"reason": "ImagePullBackOff", "message": "Back-off pulling image x:1"}
+    pods.status = {
+        "phase": "Pending",
+        "containerStatuses": [{"name": "pulumi", "state": {"waiting": waiting}}],
+    }
+    assert run_once(pods).error is ErrorKind.RUNNER_FAILED
+    assert pods.deleted == ["web-pulumi"]
+    assert pods.patches == []
+
+
+def test_retain_deletes_a_pod_the_operator_interrupted() -> None:
+    """A deadline deletes the pod; Retain does not bring it back or mark it."""
+    pods = FakePods()
+    pods.status = {"phase": "Pending"}
+    stop = StopSignal()
+    pods.on_create = lambda: stop.set_for("deadline")
+    outcome = finished(runner(pods).run(RETAIN_REQUEST, on_progress=lambda _p: None, stop=stop))
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert pods.patches == []
+    assert "web-pulumi" not in pods.pods
+
+
+def test_a_pod_that_cannot_be_marked_is_deleted() -> None:
+    """No ``patch`` permission (403): the pod is deleted rather than kept unmarked."""
+    pods = FakePods()
+    pods.patch_error = 403
+    pods.log = [outcome_line(DONE)]
+    assert run_once(pods) == DONE
+    assert pods.deleted == ["web-pulumi"]

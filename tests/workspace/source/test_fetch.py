@@ -111,6 +111,26 @@ def test_checkout_of_an_older_pinned_commit(git_repo: Repo, tmp_path: Path, leng
     assert shallow == ("true" if length == 40 else "false")
 
 
+def test_a_checkout_without_shallow_has_the_commits_history(git_repo: Repo, tmp_path: Path) -> None:
+    """shallow=False: the commit and its ancestors; a shallow clone is deepened in place."""
+    url, upstream = git_repo
+    first = upstream.commit({"a.txt": "1"})
+    second = upstream.commit({"a.txt": "2"})
+    work = tmp_path / "work"
+    assert checkout(url, work, commit=second) == second
+    assert git("rev-parse", "--is-shallow-repository", cwd=work).strip() == "true"
+
+    assert checkout(url, work, commit=second, shallow=False) == second
+
+    assert git("rev-parse", "--is-shallow-repository", cwd=work).strip() == "false"
+    assert git("rev-list", "HEAD", cwd=work).split() == [second, first]
+    assert tree(work) == {"a.txt": "2"}
+    fresh = tmp_path / "fresh"
+    assert checkout(url, fresh, commit=first, shallow=False) == first
+    assert git("rev-list", "HEAD", cwd=fresh).split() == [first]
+    assert git("rev-parse", "--is-shallow-repository", cwd=fresh).strip() == "false"
+
+
 def test_checkout_when_the_server_refuses_commits_by_id(
     git_http_v0: GitHttpServer, repo_name: str, basic_auth: GitCredentials, tmp_path: Path
 ) -> None:

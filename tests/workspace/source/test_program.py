@@ -54,14 +54,14 @@ def test_program_dir_inside_the_checkout(
 @pytest.mark.parametrize(
     ("repo_dir", "problem"),
     [
-        pytest.param("escape", "leads outside the repository", id="symlink-to-sibling"),
-        pytest.param("escape/sub", "leads outside the repository", id="through-a-symlink"),
-        pytest.param("etc", "leads outside the repository", id="absolute-symlink"),
-        pytest.param("up", "leads outside the repository", id="symlink-to-parent"),
-        pytest.param("infra/out", "leads outside the repository", id="nested-symlink"),
-        pytest.param("..", "leads outside the repository", id="dot-dot"),
-        pytest.param("/etc", "leads outside the repository", id="absolute"),
-        pytest.param("nope", "does not exist in the repository", id="missing"),
+        pytest.param("escape", "leads outside the source", id="symlink-to-sibling"),
+        pytest.param("escape/sub", "leads outside the source", id="through-a-symlink"),
+        pytest.param("etc", "leads outside the source", id="absolute-symlink"),
+        pytest.param("up", "leads outside the source", id="symlink-to-parent"),
+        pytest.param("infra/out", "leads outside the source", id="nested-symlink"),
+        pytest.param("..", "leads outside the source", id="dot-dot"),
+        pytest.param("/etc", "leads outside the source", id="absolute"),
+        pytest.param("nope", "does not exist in the source", id="missing"),
         pytest.param("README", "is not a directory", id="a-file"),
         pytest.param("loop", "symlink loop", id="symlink-loop"),
     ],
@@ -78,4 +78,4 @@ def test_program_dir_outside_or_missing_is_invalid_spec(
     assert not isinstance(caught.value, SourceError)
     assert str(caught.value).startswith(f"spec.repoDir {repo_dir!r} ")
     assert problem in str(caught.value)
-    assert "point spec.repoDir at a directory inside the repository" in str(caught.value)
+    assert "point spec.repoDir at a directory inside the source" in str(caught.value)
