@@ -13,6 +13,7 @@ runner's contract tests pin these names against the real CLI). Unknown events ar
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - a type tag, not 
 _POLL_SECONDS = 0.2  # how often the follower looks for new lines
 # A step started, finished, failed.
 _STEP_EVENTS = ("resourcePreEvent", "resOutputsEvent", "resOpFailedEvent")
+_COLOR = re.compile(r"<\{%[^%]*%\}>")  # the CLI's colour markers in diagnostic text
 
 
 class EventLog:
@@ -126,6 +128,7 @@ class StepObserver:
         self._sent: Progress | None = None  # the last report
         self._sent_at = -float("inf")
         self._errors: list[str] = []  # error diagnostics, resource ones first
+        self._crash: str | None = None  # the first panic a plugin or language host printed
         self._outputs: dict[str, Any] | None = None
 
     @property
@@ -136,9 +139,15 @@ class StepObserver:
 
     @property
     def errors(self) -> list[str]:
-        """The step's error diagnostics, those of resources first."""
+        """The step's error diagnostics, those of resources first.
+
+        When a plugin or language host crashed (its ``panic:`` line reached the CLI's
+        stderr diagnostics), that line comes last: the engine itself then only says
+        ``error reading from server: EOF``, which names neither who died nor why.
+        """
         with self._lock:
-            return list(self._errors)
+            crash = [f"a plugin or language host crashed: {self._crash}"] if self._crash else []
+            return [*self._errors, *crash]
 
     @property
     def stack_outputs(self) -> dict[str, Any] | None:
@@ -201,6 +210,7 @@ class StepObserver:
 
     def _note_diagnostic(self, diagnostic: Event) -> None:
         if diagnostic.get("severity") != "error":
+            self._note_crash(diagnostic)
             return
         text = str(diagnostic.get("message", "")).strip()
         urn = diagnostic.get("urn")
@@ -208,6 +218,14 @@ class StepObserver:
             self._errors.insert(0, f"{str(urn).rsplit('::', 1)[-1]}: {text}")
         elif text not in self._errors:
             self._errors.append(text)
+
+    def _note_crash(self, diagnostic: Event) -> None:
+        """Keep the first ``panic:`` line a plugin or language host wrote to its stderr."""
+        if self._crash is not None or diagnostic.get("severity") != "info#err":
+            return
+        text = _COLOR.sub("", str(diagnostic.get("message", ""))).strip()
+        if text.startswith("panic: "):
+            self._crash = text.splitlines()[0]
 
     def _send(self) -> None:
         if self._step is None:  # setup phases have no progress to report

@@ -149,6 +149,26 @@ def test_provider_steps_failures_summary_and_diagnostics_are_counted_apart() -> 
     assert observer.changes == {"create": 1, "same": 2}
 
 
+def test_a_crashed_plugin_or_language_host_is_named_after_the_engines_error() -> None:
+    """A panic on a plugin's stderr follows the engine's bare EOF; other stderr does not.
+
+    As pulumi-language-yaml 1.25 writes it when it asserts on a ``get`` of a Kubernetes
+    resource (whose schema has constant properties): the engine itself only says EOF.
+    """
+    observer = StepObserver("update", ProgressLog())
+    err = "info#err"
+    observer.on_event({"diagnosticEvent": {"severity": err, "message": "<{%reset%}>warming up"}})
+    panic = "<{%reset%}>panic: fatal: An assertion has failed: Failed to check that\n<{%reset%}>"
+    observer.on_event({"diagnosticEvent": {"severity": err, "message": panic}})
+    again = "panic: a second one"
+    observer.on_event({"diagnosticEvent": {"severity": err, "message": again}})
+    eof = "error reading from server: EOF"
+    observer.on_event({"diagnosticEvent": {"severity": "error", "message": eof}})
+
+    crashed = "a plugin or language host crashed: panic: fatal: An assertion has failed: "
+    assert observer.errors == [eof, crashed + "Failed to check that"]
+
+
 def test_event_log_delivers_every_event_in_order_and_skips_bad_lines() -> None:
     """Lines written in pieces, a bad line, and a last line without newline: all handled."""
     seen: list[Event] = []
