@@ -50,7 +50,7 @@ def minimal_project(info: Any) -> str | None:  # noqa: ANN401 - a status field, 
 
     None when ``info`` does not hold both as non-empty strings.
     """
-    if not isinstance(info, dict | Mapping):
+    if not isinstance(info, Mapping):
         return None
     name, runtime = info.get("name"), info.get("runtime")
     if not (isinstance(name, str) and name and isinstance(runtime, str) and runtime):

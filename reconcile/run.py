@@ -26,7 +26,7 @@ import structlog
 from controller.cache import ObjectKey
 from controller.clock import Clock
 from controller.reconciler import Result
-from reconcile import report
+from reconcile import report, source_verdicts
 from reconcile import verdict as verdicts
 from reconcile.collaborators import Collaborators, StatusSink
 from reconcile.context import Pass, Plan, Settings
@@ -69,7 +69,7 @@ class Runs:
         except SourceError as err:
             if err.transient:
                 return self._not_started(at, plan, Reason.SOURCE_UNAVAILABLE, str(err), retry=True)
-            return self._not_started(at, plan, verdicts.source_reason(err.reason), str(err))
+            return self._not_started(at, plan, source_verdicts.source_reason(err.reason), str(err))
         except (ProgramDirError, RemoteSpecError) as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
         attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
@@ -179,7 +179,7 @@ class Runs:
         if retry:
             failures = 1 if fresh else previous + 1
             wait = backoff(failures, plan.spec, self._settings.policy)
-            verdict = verdicts.not_started_retrying(
+            verdict = source_verdicts.not_started_retrying(
                 message, previous, fresh=fresh, retry_after=wait
             )
         else:

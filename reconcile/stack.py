@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.cache import ObjectKey
 from controller.reconciler import Result
-from reconcile import prerequisites, tenancy
+from reconcile import prerequisites, source_verdicts, tenancy
 from reconcile import verdict as verdicts
 from reconcile.accounts import refused_account
 from reconcile.acknowledge import acknowledgment
@@ -163,7 +163,7 @@ class StackReconciler:
         if isinstance(err, SourceError):
             return self._source_failed(at, err)
         if isinstance(err, SourceNotReadyError):
-            verdict = verdicts.source_not_ready(str(err), self._settings.policy)
+            verdict = source_verdicts.source_not_ready(str(err), self._settings.policy)
             return self._effects.execute(at, verdict)
         return self._effects.execute(at, verdicts.invalid_spec(str(err)))
 
@@ -179,9 +179,9 @@ class StackReconciler:
         if err.transient:
             quiet = _ready_for(at.status, at.generation)
             return self._effects.execute(
-                at, verdicts.source_unreachable(str(err), say_so=not quiet)
+                at, source_verdicts.source_unreachable(str(err), say_so=not quiet)
             )
-        verdict = verdicts.source_refused(err.reason, str(err), self._settings.policy)
+        verdict = source_verdicts.source_refused(err.reason, str(err), self._settings.policy)
         return self._effects.execute(at, verdict)
 
 

@@ -23,7 +23,9 @@ lock held by another update (``UpdateConflict``) is waited for, without counting
 failure; an operator shutdown (``Interrupted``) is resumed at the next start. A run
 stopped at its deadline is a failure (``UpdateTimedOut``).
 
-Callers (``reconcile.effects``) only execute verdicts; nothing else classifies.
+Callers (``reconcile.effects``) only execute verdicts; nothing else classifies. The
+verdicts about a program source that is missing, refused or unreachable live beside this
+module, in ``reconcile.source_verdicts``, built from its shapes.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from status import conditions as cond
 from status.conditions import Reason
 from status.events import NORMAL, WARNING
 from workspace.runner import ErrorKind, Outcome
-from workspace.source import SourceFailure
 
 UPDATE_STARTED, DESTROYED = "UpdateStarted", "Destroyed"  # Event reasons, not condition ones
 EVENTS: Mapping[str, str] = {
@@ -83,7 +84,6 @@ SUCCEEDED, FAILED, INTERRUPTED, CONFLICT = "succeeded", "failed", "interrupted",
 SUSPENDED_MESSAGE = "Suspended: no Pulumi runs while spec.suspend is true"
 INTERRUPTED_MESSAGE = "Interrupted by an operator shutdown; it resumes when the operator restarts"
 DELETING_MESSAGE = "Interrupted: the Stack is being deleted; its finalizer runs next"
-SOURCE_RETRY_MESSAGE = "The source is unreachable; retrying with backoff"
 
 _KIND_REASONS = {
     ErrorKind.STACK_NOT_FOUND: Reason.STACK_NOT_FOUND,
@@ -401,28 +401,6 @@ def not_started(reason: Reason, message: str, previous_failures: int, *, fresh: 
     )
 
 
-def not_started_retrying(
-    message: str, previous_failures: int, *, fresh: bool, retry_after: float
-) -> Verdict:
-    """An announced run could not start for now (its source did not answer): retried.
-
-    It counts as a failed attempt, like ``not_started``, so that the next pass waits for
-    the failures' backoff (``decide``) instead of announcing the run again at once: this
-    pass's own status writes come back as watch events, which would otherwise start it
-    again before any backoff. Reconciling (``ProgressingWithRetry``), never Stalled.
-    """
-    return Verdict(
-        conditions=Conditions(
-            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, message, SOURCE_RETRY_MESSAGE
-        ),
-        event=Notice(Reason.SOURCE_UNAVAILABLE, message, on_change=True),
-        requeue_after=retry_after,
-        failures=1 if fresh else previous_failures + 1,
-        handles_request=True,
-        ends_run=True,
-    )
-
-
 # -- before a run ----------------------------------------------------------------------
 
 
@@ -465,19 +443,6 @@ def dependency_not_ready(message: str, policy: Policy) -> Verdict:
     )
 
 
-def source_not_ready(message: str, policy: Policy) -> Verdict:
-    """A Flux source or Program is missing or not ready: wait (not a failure).
-
-    Its informer brings the change that ends the wait; ``wait_poll`` is the safety net.
-    The status and the Event are written once, on the change, not on every look.
-    """
-    return Verdict(
-        conditions=Conditions(Shape.WAITING, Reason.SOURCE_NOT_READY, message),
-        event=Notice(Reason.SOURCE_NOT_READY, message, on_change=True),
-        requeue_after=policy.wait_poll,
-    )
-
-
 def secret_not_found(
     message: str,
     status: Mapping[str, Any],
@@ -499,39 +464,6 @@ def secret_not_found(
     elapsed = (now - stalled_at).total_seconds() if stalled_at else 0.0
     poll = min(policy.wait_poll, max(1.0, elapsed))
     return stalled(reason, message, requeue_after=poll)
-
-
-def source_reason(failure: SourceFailure) -> Reason:
-    """The condition reason of a source failure."""
-    if failure is SourceFailure.AUTHENTICATION_FAILED:
-        return Reason.AUTHENTICATION_FAILED
-    if failure is SourceFailure.ARTIFACT_DIGEST_MISMATCH:
-        return Reason.ARTIFACT_DIGEST_MISMATCH
-    if failure is SourceFailure.ARTIFACT_UNSAFE:
-        return Reason.ARTIFACT_UNSAFE
-    return Reason.SOURCE_UNAVAILABLE
-
-
-def source_refused(failure: SourceFailure, message: str, policy: Policy) -> Verdict:
-    """The source refused for good (credentials, unknown revision): Stalled, polled."""
-    return stalled(source_reason(failure), message, requeue_after=policy.wait_poll)
-
-
-def source_unreachable(message: str, *, say_so: bool) -> Verdict:
-    """The source is unreachable for now: retry with the queue's backoff.
-
-    ``say_so``: write it (a run was announced, or the Stack is not Ready for its
-    generation); a Stack Ready for its generation keeps that status, since what is
-    deployed did not change because a poll of its branch failed.
-    """
-    conditions = None
-    if say_so:
-        conditions = Conditions(
-            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, message, SOURCE_RETRY_MESSAGE
-        )
-    return Verdict(
-        conditions=conditions, retry_error=f"source unavailable: {message}", ends_run=True
-    )
 
 
 def exhausted(status: Mapping[str, Any], requeue_after: float | None) -> Verdict:

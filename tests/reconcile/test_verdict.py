@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from controller.clock import FakeClock
+from reconcile import source_verdicts
 from reconcile import verdict as verdicts
 from reconcile.policy import NEEDS_A_CHANGE, Policy
 from reconcile.spec import StackSpec, parse_spec
@@ -308,7 +309,7 @@ def test_success_requeues_for_the_next_poll_or_resync(
             id="dependency",
         ),
         pytest.param(
-            verdicts.source_refused(SourceFailure.AUTHENTICATION_FAILED, "no", POLICY),
+            source_verdicts.source_refused(SourceFailure.AUTHENTICATION_FAILED, "no", POLICY),
             {
                 "Ready": ("False", "AuthenticationFailed"),
                 "Stalled": ("True", "AuthenticationFailed"),
@@ -318,7 +319,7 @@ def test_success_requeues_for_the_next_poll_or_resync(
             id="authentication",
         ),
         pytest.param(
-            verdicts.source_refused(SourceFailure.REVISION_NOT_FOUND, "no", POLICY),
+            source_verdicts.source_refused(SourceFailure.REVISION_NOT_FOUND, "no", POLICY),
             {
                 "Ready": ("False", "SourceUnavailable"),
                 "Stalled": ("True", "SourceUnavailable"),
@@ -406,7 +407,7 @@ def test_a_missing_secret_is_looked_for_soon_then_less_often(
 @pytest.mark.parametrize("say_so", [True, False])
 def test_an_unreachable_source_is_retried_by_the_queue(*, say_so: bool) -> None:
     """Retry with the queue's backoff; write it only when told to (not over a Ready Stack)."""
-    verdict = verdicts.source_unreachable("timed out", say_so=say_so)
+    verdict = source_verdicts.source_unreachable("timed out", say_so=say_so)
     assert verdict.retry_error == "source unavailable: timed out"
     assert verdict.event is None
     if not say_so:
