@@ -41,8 +41,10 @@ from controller.clock import RealClock
 from pulumi_stack_operator.pulumi_cli import pulumi_command
 from workspace.runner import (
     DEFAULT_CACHE_LIMIT,
+    ENV_SOURCES,
     GIT_ENV_PREFIX,
     SECRET_ENV_PREFIX,
+    EnvSources,
     ErrorKind,
     LocalRunner,
     Outcome,
@@ -130,7 +132,22 @@ class AgentJob:
             target_dependents=bool(job.get("targetDependents")),
             run_program=bool(job.get("runProgram")),
             environments=tuple(str(name) for name in job.get("environment") or ()),
+            secret_env=self.secret_env(environ),
         )
+
+    def secret_env(self, environ: Mapping[str, str]) -> frozenset[str] | None:
+        """The request's env names whose values came from Secrets (None: not known).
+
+        The pod's variables the template filled from Secrets (``PSO_ENV_SOURCES``), less
+        those the job's own env or literal envRefs set, plus the envRefs from Secrets.
+        """
+        sources = EnvSources.decode(environ.get(ENV_SOURCES))
+        if sources is None:
+            return None
+        refs: Mapping[str, Mapping[str, str]] = self.job.get("envRefs") or {}
+        own = set(self.job.get("env") or {}) | set(refs)
+        from_pod = sources.secret_names(environ) - own
+        return from_pod | {name for name, ref in refs.items() if "env" in ref}
 
 
 def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:

@@ -137,6 +137,7 @@ class Preparer:
             use_local_stack_only=spec.use_local_stack_only,
             message=message,
             pulumi_home=stack_dir / "home",
+            secret_env=frozenset(n for n, ref in spec.env_refs.items() if ref.secret is not None),
         )
 
     def _lay_out(self, plan: Plan, source: Path) -> Path:

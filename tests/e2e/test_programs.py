@@ -247,3 +247,82 @@ def test_a_lockfile_out_of_step_stalls_the_stack(
     assert find(stalled, "Reconciling") is None
     events = stacks.wait_events("broken", "DependencyInstallFailed")
     assert {e.type for e in events if e.reason == "DependencyInstallFailed"} == {"Warning"}
+
+
+NO_SUCH_PACKAGE = "@pulumi/pso-no-such-package"
+
+
+@both_runners
+def test_an_install_failure_names_the_registry_mirror_and_package(
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
+) -> None:
+    """The registry's 404 and the plugin mirror's 404 reach Ready whole, not masked.
+
+    The kubeconfig is secret config and, under pods, the package mirror's host is in the
+    run pods' plain env (``PIP_TRUSTED_HOST``): neither may mask the registry, the
+    mirror, the package or the plugin in the message.
+    """
+    del operator
+    stacks.secret("kubeconfig", {"value": bed.control_plane.kubeconfig.read_text()})
+    npm = push_files(bed, tmp_path / "npm", "npm-404", npm_program())
+    stacks.create(stack(stacks, "npm-404", npm, {}))
+    yaml_program = (PROGRAMS / "k8s-yaml" / "Pulumi.yaml").read_text()
+    plugin = push_program(
+        bed,
+        tmp_path / "plugin",
+        "k8s-yaml",
+        **{"Pulumi.yaml": yaml_program.replace("4.25.0", "4.99.0")},
+    )
+    stacks.create(stack(stacks, "plugin-404", plugin, {"namespace": "never", "content": "x"}))
+
+    npm_message = failure_message(stacks, "npm-404")
+    assert "404" in npm_message, npm_message
+    assert f"{registry(bed)}{NO_SUCH_PACKAGE.replace('/', '%2f')}" in npm_message, npm_message
+    plugin_message = failure_message(stacks, "plugin-404")
+    assert "4.99.0" in plugin_message, plugin_message
+    assert plugin_mirror_url(bed.flags) in plugin_message, plugin_message
+    assert "[secret]" not in npm_message + plugin_message
+
+
+def npm_program() -> dict[str, str]:
+    """A TypeScript-less Node.js program depending on a package no registry has."""
+    manifest = {"name": "npm-404", "dependencies": {NO_SUCH_PACKAGE: "1.0.0"}}
+    return {
+        "app/Pulumi.yaml": "name: npm-404\nruntime: nodejs\n",
+        "app/package.json": json.dumps(manifest),
+        "app/index.js": "module.exports = {};\n",
+    }
+
+
+def push_files(bed: Bed, work: Path, name: str, files: dict[str, str]) -> Repo:
+    """A repository of ``files`` on the bed's git server."""
+    repo = f"{name}-{secrets.token_hex(3)}"
+    url = bed.git.create_repo(repo)
+    checkout = Checkout(url, work / repo)
+    checkout.commit(files, "program")
+    return Repo(url, checkout)
+
+
+def failure_message(stacks: Stacks, name: str) -> str:
+    """Ready's message once the Stack's install failed (retried or stalled)."""
+
+    def failed(obj: dict[str, Any]) -> bool:
+        ready = find(obj, "Ready") or {}
+        return ready.get("status") == "False" and "install" in str(ready.get("message"))
+
+    found = stacks.wait(name, failed, "Ready=False on an install failure", FIRST_RUN)
+    return str(find(found, "Ready")["message"])  # type: ignore[index]
+
+
+def registry(bed: Bed) -> str:
+    """The npm registry the bed's runs use (ends with ``/``)."""
+    for entry in ((bed.workspace or {}).get("spec") or {}).get("env", []):
+        if entry["name"] == "NPM_CONFIG_REGISTRY":
+            return str(entry["value"]).rstrip("/") + "/"
+    return "https://registry.npmjs.org/"
+
+
+def plugin_mirror_url(flags: tuple[str, ...]) -> str:
+    """The ``--plugin-mirror`` the operator was given."""
+    [url] = [f.split("=", 1)[1] for f in flags if f.startswith("--plugin-mirror=")]
+    return url.rstrip("/")

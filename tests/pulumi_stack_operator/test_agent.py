@@ -11,6 +11,8 @@ import pytest
 from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
 from pulumi_stack_operator.pulumi_cli import PulumiCli
+from workspace.runner import EnvSources
+from workspace.runner.scrub import Scrubber
 
 JOB = {
     "repo": "https://git.example/repo.git",
@@ -127,3 +129,38 @@ def test_the_checkout_is_shallow_when_the_job_says_so(
         agent.SOURCE,
     )
     assert call["credentials"].token == "tok"  # noqa: S105 - a test value
+
+
+def test_only_values_from_secrets_are_secret_env() -> None:
+    """Secret envRefs and the template's Secret variables; not the pod's plain ones."""
+    sources = EnvSources(
+        secret=frozenset({"DB_PASSWORD"}),
+        plain=frozenset({"NPM_CONFIG_REGISTRY", "TOKEN"}),
+        secret_prefixes=frozenset({"AWS_"}),
+    )
+    pod_env = {
+        "PSO_ENV_SOURCES": sources.encode(),
+        "DB_PASSWORD": "pw-value",
+        "NPM_CONFIG_REGISTRY": "http://10.0.0.1:41771/",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "AWS_REGION": "eu-west-1",
+    }
+    environ = environment(**pod_env)
+    request = AgentJob.from_environment(environ).request(Path("/w"), environ)
+
+    # TOKEN: a Secret envRef (the job's ref wins over the template's plain variable).
+    assert request.secret_env == frozenset(
+        {"DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "TOKEN"}
+    )
+    scrubber = Scrubber(request)
+    assert scrubber.scrub("GET http://10.0.0.1:41771/x") == "GET http://10.0.0.1:41771/x"
+    assert scrubber.scrub("pw-value aws-secret tok") == "[secret] [secret] [secret]"
+
+
+def test_without_the_sources_every_env_value_may_be_secret() -> None:
+    """An older operator's pod says nothing of its variables: the cautious rule holds."""
+    environ = environment()
+    request = AgentJob.from_environment(environ).request(Path("/w"), environ)
+
+    assert request.secret_env is None
+    assert Scrubber(request).scrub("host 10.0.0.1") == "host [secret]"

@@ -245,3 +245,15 @@ def test_the_project_a_run_read_is_recorded_in_project_info(h: Harness) -> None:
     h.runner.then(h.succeed(project=ProjectInfo("infra", "yaml")))
     h.reconcile()
     assert h.status["projectInfo"] == {"name": "infra", "runtime": "yaml"}
+
+
+def test_the_request_says_which_env_came_from_secrets(h: Harness) -> None:
+    """Secret envRefs are secret env; literal ones and the backend URL are plain."""
+    literal = {"type": "Literal", "literal": {"value": "http://mirror.example/"}}
+    h.secrets.data[("ns", "creds")] = {"token": "s3cr3t"}
+    h.create(envRefs={"TOKEN": SECRET_REF, "NPM_CONFIG_REGISTRY": literal})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    request = h.runner.calls[0][1]
+    assert request.env["NPM_CONFIG_REGISTRY"] == "http://mirror.example/"
+    assert request.secret_env == frozenset({"TOKEN"})

@@ -20,8 +20,10 @@ from __future__ import annotations
 from workspace.runner.base import Runner
 from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
 from workspace.runner.job import (
+    ENV_SOURCES,
     GIT_ENV_PREFIX,
     SECRET_ENV_PREFIX,
+    EnvSources,
     RunJob,
     SecretEnv,
     SecretEnvNames,
@@ -49,9 +51,11 @@ from workspace.runner.types import (
 __all__ = [
     "DEFAULT_CACHE_LIMIT",
     "DEFAULT_INTERRUPT_GRACE",
+    "ENV_SOURCES",
     "GIT_ENV_PREFIX",
     "SECRET_ENV_PREFIX",
     "Detached",
+    "EnvSources",
     "ErrorKind",
     "InstallRecord",
     "LocalRunner",

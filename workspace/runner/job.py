@@ -10,6 +10,7 @@ Secret the name of the environment variable the kubelet fills from that Secret
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -93,3 +94,83 @@ class SecretEnvNames:
     def variables(self) -> tuple[SecretEnv, ...]:
         """Every variable handed out, in order."""
         return tuple(SecretEnv(env, s, k) for (s, k), env in self._names.items())
+
+
+ENV_SOURCES = "PSO_ENV_SOURCES"
+"""The run container's variable that says which of its variables came from Secrets."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSources:
+    """Where the run container's own variables (``workspaceTemplate`` env) come from.
+
+    ``secret``: variables with a ``secretKeyRef``; ``plain``: variables with a literal
+    value or another source (ConfigMap key, field, resource); ``secret_prefixes``: the
+    prefixes of ``envFrom`` Secrets (``""`` when one has none), whose keys the operator
+    does not know. The agent uses it to mask only values that came from Secrets in its
+    messages (``secret_names``); variables neither listed nor prefixed (the image's, the
+    kubelet's ``KUBERNETES_SERVICE_HOST``) are plain.
+    """
+
+    secret: frozenset[str] = frozenset()
+    plain: frozenset[str] = frozenset()
+    secret_prefixes: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, env: list[dict[str, Any]], env_from: list[dict[str, Any]]) -> EnvSources:
+        """The sources of a container's ``env`` and ``envFrom`` (the API's camelCase)."""
+        secret = {e["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})}
+        plain = {e["name"] for e in env} - secret
+        prefixes = {str(f.get("prefix") or "") for f in env_from if "secretRef" in f}
+        return cls(frozenset(secret), frozenset(plain), frozenset(prefixes))
+
+    def encode(self) -> str:
+        """The variable's value (JSON)."""
+        return json.dumps(
+            {
+                "secret": sorted(self.secret),
+                "plain": sorted(self.plain),
+                "secretPrefixes": sorted(self.secret_prefixes),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str | None) -> EnvSources | None:
+        """The sources from the variable's value; None when absent or unreadable."""
+        try:
+            raw = json.loads(text) if text else None
+            if not isinstance(raw, dict):
+                return None
+            return cls(*(frozenset(map(str, raw.get(k) or ())) for k in _SOURCE_KEYS))
+        except (ValueError, TypeError):
+            return None
+
+    def secret_names(self, environ: Mapping[str, str]) -> frozenset[str]:
+        """Which of the container's variables (``environ``) came from Secrets.
+
+        A variable with a ``secretKeyRef``; and one whose name has an ``envFrom`` Secret's
+        prefix, unless an ``env`` entry set it (``env`` wins over ``envFrom``), the kubelet
+        or the agent set it (``KUBERNETES_*``, ``HOSTNAME``, ``HOME``, ``PATH``, ``TMPDIR``),
+        or its value cannot be a secret (``could_be_secret``).
+        """
+        prefixed = {
+            name
+            for name, value in environ.items()
+            if name not in self.plain
+            and not name.startswith(_POD_OWN_PREFIXES)
+            and name not in _POD_OWN
+            and any(name.startswith(p) for p in self.secret_prefixes)
+            and could_be_secret(value)
+        }
+        return frozenset((environ.keys() & self.secret) | prefixed)
+
+
+def could_be_secret(value: str) -> bool:
+    """Whether a value of unknown source may be secret: not a flag, number or 3 characters."""
+    return len(value) > 3 and value.lower() not in ("true", "false") and not value.isdigit()
+
+
+_POD_OWN = frozenset({"HOSTNAME", "HOME", "PATH", "TMPDIR"})
+_POD_OWN_PREFIXES = ("KUBERNETES_", "PSO_")
+_SOURCE_KEYS = ("secret", "plain", "secretPrefixes")

@@ -14,7 +14,9 @@ Guarantees of ``run_pod``:
   root (images that need root), and keeps the rest: no privilege escalation, every
   capability dropped (root without capabilities: no NET_RAW, no CHOWN, no SETUID...),
   seccomp ``RuntimeDefault``.
-* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable. The
+* Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable, and
+  ``PSO_ENV_SOURCES`` tells the agent which template variables came from Secrets (the
+  values it masks in messages; ``job.EnvSources``). The
   git credentials are variables of the ``checkout`` init container only, which checks the
   source out into ``/workspace``; the program's container never has them.
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
@@ -32,7 +34,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from workspace.runner.job import RunJob, SecretEnv
+from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 
 CONTAINER = "pulumi"
 CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
@@ -192,7 +194,11 @@ def _container(
         "name": CONTAINER,
         "image": job.image or image,
         "command": list(AGENT_COMMAND),
-        "env": [*_agent_env(job, operation), *template.get("env", [])],
+        "env": [
+            *_agent_env(job, operation),
+            _env_sources(template),
+            *template.get("env", []),
+        ],
         "volumeMounts": [
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
@@ -231,6 +237,12 @@ def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     return [*env, *_secret_env(job.secret_env)]
+
+
+def _env_sources(template: dict[str, Any]) -> dict[str, Any]:
+    """The variable telling the agent which template variables came from Secrets."""
+    sources = EnvSources.of(template.get("env", []), template.get("envFrom", []))
+    return {"name": ENV_SOURCES, "value": sources.encode()}
 
 
 def _secret_env(variables: tuple[SecretEnv, ...]) -> list[dict[str, Any]]:

@@ -97,6 +97,10 @@ class UpdateRequest:
     shared home, which is safe only for callers that run one tenant's stacks. ``job`` is
     what a runner that runs elsewhere needs instead of ``work_dir``, ``env`` and
     ``secret_config`` (references, never secret values); ``LocalRunner`` ignores it.
+    ``secret_env`` names the ``env`` entries whose values came from Secrets; the others
+    are plain (written in the Stack or the pod's own environment) and are masked in
+    messages only when their name says they are credentials (``scrub``). None: where the
+    env came from is unknown, and every value in it may be secret.
     """
 
     work_dir: Path
@@ -116,6 +120,7 @@ class UpdateRequest:
     target_dependents: bool = False
     run_program: bool = False
     environments: tuple[str, ...] = ()
+    secret_env: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         """Show everything but values that may be secret."""
@@ -129,7 +134,8 @@ class UpdateRequest:
             f"use_local_stack_only={self.use_local_stack_only}, message={self.message!r}, "
             f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r}, "
             f"job={self.job!r}, target_dependents={self.target_dependents}, "
-            f"run_program={self.run_program}, environments={self.environments!r})"
+            f"run_program={self.run_program}, environments={self.environments!r}, "
+            f"secret_env={sorted(self.secret_env) if self.secret_env is not None else None!r})"
         )
 
 

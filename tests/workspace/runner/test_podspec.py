@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workspace.runner import RunJob, SecretEnv
+from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.podspec import AGENT_COMMAND, RunCaching, pod_name, run_pod
 
 
@@ -161,3 +161,50 @@ def test_without_the_claim_the_pod_caches_in_its_own_workspace() -> None:
         assert "PSO_CACHE_DIR" not in names
         assert "PSO_PLUGIN_MIRROR" not in names
         assert all(v["name"] != "pulumi-cache" for v in pod["spec"]["volumes"])
+
+
+def test_the_agent_is_told_which_template_variables_come_from_secrets() -> None:
+    """``PSO_ENV_SOURCES``: secretKeyRef names, plain names, envFrom Secret prefixes."""
+    secret_ref = {"secretKeyRef": {"name": "db", "key": "pw"}}
+    config_ref = {"configMapKeyRef": {"name": "cm", "key": "k"}}
+    template = {
+        "env": [
+            {"name": "NPM_CONFIG_REGISTRY", "value": "http://mirror:41771/"},
+            {"name": "DB_PASSWORD", "valueFrom": secret_ref},
+            {"name": "REGION", "valueFrom": config_ref},
+        ],
+        "envFrom": [
+            {"secretRef": {"name": "aws"}, "prefix": "AWS_"},
+            {"configMapRef": {"name": "c"}},
+        ],
+    }
+    pod = manifest(overrides=json.dumps(template))
+
+    [container] = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    sources = EnvSources.decode(env[ENV_SOURCES])
+    assert sources == EnvSources(
+        secret=frozenset({"DB_PASSWORD"}),
+        plain=frozenset({"NPM_CONFIG_REGISTRY", "REGION"}),
+        secret_prefixes=frozenset({"AWS_"}),
+    )
+
+
+@pytest.mark.parametrize("text", [None, "", "[1]", "{", '{"secret": 3}'])
+def test_unreadable_sources_read_as_unknown(text: str | None) -> None:
+    """An absent or garbled variable means "not known", never "nothing is secret"."""
+    assert EnvSources.decode(text) is None
+
+
+def test_an_envfrom_secret_covers_its_prefix_but_not_the_pods_own_variables() -> None:
+    """Prefixed names are secret unless env set them or the kubelet or agent did."""
+    sources = EnvSources(plain=frozenset({"SET_PLAIN"}), secret_prefixes=frozenset({""}))
+    environ = {
+        "SET_PLAIN": "http://x",
+        "FROM_SECRET": "value-1",
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "HOSTNAME": "web-pulumi",
+        "FLAG": "true",
+    }
+
+    assert sources.secret_names(environ) == {"FROM_SECRET"}

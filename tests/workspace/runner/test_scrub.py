@@ -28,11 +28,17 @@ def test_secret_printed_by_a_failing_program_is_scrubbed(
 
 
 def request(
-    env: dict[str, str] | None = None, secret_config: dict[str, str] | None = None
+    env: dict[str, str] | None = None,
+    secret_config: dict[str, str] | None = None,
+    secret_env: frozenset[str] | None = None,
 ) -> UpdateRequest:
     """A request with only what the scrubber reads."""
     return UpdateRequest(
-        work_dir=Path("/nowhere"), stack="dev", env=env or {}, secret_config=secret_config or {}
+        work_dir=Path("/nowhere"),
+        stack="dev",
+        env=env or {},
+        secret_config=secret_config or {},
+        secret_env=secret_env,
     )
 
 
@@ -88,3 +94,101 @@ def test_outputs_are_masked_when_secret_or_holding_a_secret_value() -> None:
     assert scrubber.output("plain", secret=True) == MASK
     assert scrubber.output({"plain": [1, "x"]}, secret=False) == {"plain": [1, "x"]}
     assert not Scrubber(request()).finds(SECRET_VALUE)
+
+
+HOST = "10.88.0.1"
+REGISTRY = f"http://{HOST}:41771/"
+KEY_DATA = "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVB"
+KUBECONFIG = f"""apiVersion: v1
+clusters:
+- cluster:
+    server: https://{HOST}:6443
+  name: node
+users:
+- name: admin
+  user:
+    client-key-data: {KEY_DATA}
+    token: "abcdef0123456789.abcdef0123456789"
+"""
+
+
+def pod_request() -> UpdateRequest:
+    """A run pod's request: the kubeconfig as secret config, registries as plain env."""
+    return request(
+        env={
+            "KUBERNETES_SERVICE_HOST": HOST,
+            "NPM_CONFIG_REGISTRY": REGISTRY,
+            "PULUMI_PLUGIN_MIRROR": f"{REGISTRY}plugins",
+            "PIP_INDEX_URL": f"{REGISTRY}simple",
+            "GITHUB_TOKEN": "plain-but-named-a-token",
+            "DB_PASSWORD_FROM_SECRET": "hunter2-longer",
+            "FROM_SECRET": "sekrit-value-1",
+        },
+        secret_config={"kubernetes:kubeconfig": KUBECONFIG},
+        secret_env=frozenset({"FROM_SECRET"}),
+    )
+
+
+def test_a_failure_still_names_the_registry_mirror_and_package() -> None:
+    """Plain env and fragments of a secret stay; the npm and plugin 404s read whole."""
+    scrubber = Scrubber(pod_request())
+    npm = f"npm error 404 Not Found - GET {REGISTRY}@pulumi%2fkubernetes - Not found"
+    plugin = (
+        f"error: 404 HTTP error fetching plugin from {REGISTRY}plugins/"
+        "pulumi-resource-kubernetes-v4.18.0-linux-amd64.tar.gz"
+    )
+    pip = f"ERROR: No matching distribution found for pulumi (from {REGISTRY}simple/pulumi/)"
+    dial = f"dial tcp {HOST}:6443: connect: connection refused"
+
+    for message in (npm, plugin, pip, dial):
+        assert scrubber.scrub(message) == message
+
+
+def test_whole_secret_values_and_their_key_lines_are_masked() -> None:
+    """The kubeconfig whole, its key material alone, Secret env and credential names."""
+    scrubber = Scrubber(pod_request())
+
+    assert scrubber.scrub(f"config: {KUBECONFIG}") == f"config: {MASK}"
+    assert scrubber.scrub(f"bad key {KEY_DATA}!") == f"bad key {MASK}!"
+    assert scrubber.scrub("token abcdef0123456789.abcdef0123456789") == f"token {MASK}"
+    assert scrubber.scrub("sekrit-value-1 plain-but-named-a-token") == f"{MASK} {MASK}"
+    assert scrubber.scrub("pw=hunter2-longer") == f"pw={MASK}"
+
+
+def test_a_short_secret_is_masked_only_where_it_stands_alone() -> None:
+    """A secret of a few characters does not garble the words and numbers that hold it."""
+    scrubber = Scrubber(request(secret_config={"pin": "4711"}))
+
+    assert scrubber.scrub("pin 4711, port 47110, id a4711") == f"pin {MASK}, port 47110, id a4711"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("clone https://user:pw@git.example/r.git", f"clone https://{MASK}@git.example/r.git"),
+        ("s3://AKIDEXAMPLE@bucket/x", f"s3://{MASK}@bucket/x"),
+        ("Authorization: Bearer abcdefghijkl.mnop", f"Authorization: Bearer {MASK}"),
+        ("token pul-" + "0123456789" * 4 + " used", f"token {MASK} used"),
+        ("ghp_" + "A1b2C3d4E5" * 4, MASK),
+        ("key AKIAIOSFODNN7EXAMPLE set", f"key {MASK} set"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY----- after",
+            f"{MASK} after",
+        ),
+        (
+            "GET http://10.0.0.1:41771/@pulumi%2fpulumi",
+            "GET http://10.0.0.1:41771/@pulumi%2fpulumi",
+        ),
+        ("npm ERR! git@github.com:org/repo.git", "npm ERR! git@github.com:org/repo.git"),
+    ],
+)
+def test_known_secret_shapes_are_masked_anywhere(text: str, expected: str) -> None:
+    """URL userinfo, bearer credentials, PEM keys and token shapes, with no value known."""
+    assert Scrubber(request(secret_env=frozenset())).scrub(text) == expected
+
+
+def test_a_percent_encoded_secret_is_masked() -> None:
+    """A secret as it appears in a URL (percent-encoded) goes too."""
+    scrubber = Scrubber(request(secret_config={"pw": "p@ss/word#1"}))
+
+    assert scrubber.scrub("https://h/?pw=p%40ss%2Fword%231") == f"https://h/?pw={MASK}"
