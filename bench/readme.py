@@ -115,6 +115,12 @@ def _saturation(s: Summary) -> Row:
     result = (
         f"{_sig(s.get('p50_ms'))} / {_sig(s.get('p99_ms'))} ms (max {_sig(s.get('max_ms'))} ms)"
     )
+    if "op_total_p99_ms" in s.fields:
+        result += (
+            f"; inside the operator, p99: {_sig(s.get('op_total_p99_ms'))} ms (delivery "
+            f"{_sig(s.get('op_delivery_p99_ms'))}, queued {_sig(s.get('op_queued_p99_ms'))}, "
+            f"write {_sig(s.get('op_write_p99_ms'))})"
+        )
     target = f"p99 < 100 ms: {_met(s.get('p99_ms') < 100)}"
     return ("latency under saturation", what, result, target)
 

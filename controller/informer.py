@@ -54,6 +54,21 @@ WatchEvent = Mapping[str, Any]
 """A raw watch event: ``{"type": ..., "object": {...}}``."""
 
 
+_delivery = threading.local()
+
+
+def received_at() -> float | None:
+    """When the watch event being delivered was received (the informer's ``Clock.now``).
+
+    For handlers, which run on the reflector's thread: the time the event came off the
+    watch stream, so that a handler can tell how long the delivery took to reach it (the
+    acknowledgment path's first leg). None on a thread that never received a watch event
+    (a resync, a test calling a handler).
+    """
+    found: float | None = getattr(_delivery, "received_at", None)
+    return found
+
+
 class ExpiredError(Exception):
     """The resourceVersion we asked for is older than the server's history (410 Gone)."""
 
@@ -316,6 +331,7 @@ class Reflector:
         self.last_sync_resource_version = resource_version(obj)
         if kind == "BOOKMARK":
             return
+        _delivery.received_at = self._clock.now()
         if kind == "DELETED":
             self._store.delete(ObjectKey.of(obj))
             self._handler.on_delete(freeze_object(obj))  # the final state, as the server sent it

@@ -59,11 +59,12 @@ class Runs:
         orphaned = self._orphaned(plan)
         if orphaned and (resumed := self._resume_orphaned(at, plan, stop)) is not None:
             return resumed
-        started = self._parts.clock.wall()
+        started, legs = self._parts.clock.wall(), _Legs(self._parts.clock)
         start = report.started(observed, plan.operation, self._settings.identity, started)
         note = self._settings.timeout_note(plan.spec)
         verdict = verdicts.run_started(plan.operation, observed.commit, at.generation, note)
         self._effects.execute(at, verdict, also=start, now=started)
+        legs.mark("announce")
         try:
             request = self._preparer.request(at, plan)
         except SourceError as err:
@@ -72,6 +73,7 @@ class Runs:
             return self._not_started(at, plan, source_verdicts.source_reason(err.reason), str(err))
         except (ProgramDirError, RemoteSpecError) as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
+        legs.mark("checkout")
         attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
         progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
         try:
@@ -79,9 +81,13 @@ class Runs:
                 operated = self._operator.run(attempt, progress, stop, deleting)
         finally:
             progress.close()
+        legs.mark("runner")
         if isinstance(operated, Detached):  # the next instance attaches
             return Result()
-        return self._conclude(at, plan, operated)
+        result = self._conclude(at, plan, operated)
+        legs.mark("conclude")
+        log.debug("Run timed", operation=plan.operation, **legs.seconds)
+        return result
 
     def _resume_orphaned(self, at: Pass, plan: Plan, stop: threading.Event) -> Result | None:
         """Wait for a deposed leader, attach to its run, or conclude it; None: run now."""
@@ -258,3 +264,24 @@ class ProgressReporter:
         """Ignore further events and drop the progress not yet written."""
         self._closed = True
         self._writer.discard(self._key)
+
+
+class _Legs:
+    """The seconds each leg of a run took, on the reconciler's clock (for the debug log).
+
+    ``announce``: writing the run's start; ``checkout``: laying the source out (or building
+    a run pod's job); ``runner``: the runner's operation (for a pod: creating it, waiting,
+    following it); ``conclude``: writing the outcome and its Events.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        """Start timing now."""
+        self._clock = clock
+        self._last = clock.now()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, leg: str) -> None:
+        """``leg`` ended now."""
+        now = self._clock.now()
+        self.seconds[f"{leg}_s"] = round(now - self._last, 3)
+        self._last = now

@@ -24,6 +24,7 @@ from controller.informer import (
     Reflector,
     VeryShortWatchError,
     WatchEvent,
+    received_at,
 )
 
 # Real seconds a background thread may take to react; only ever reached by a failing test.
@@ -376,3 +377,35 @@ def test_the_label_selector_goes_with_every_list(namespace: str | None) -> None:
         lw.list(10, None)
         [(_, kwargs)] = api.calls
         assert kwargs == {"limit": 10, "_continue": None, **sent}
+
+
+class ReceiptRecorder(Recorder):
+    """Also records ``received_at()`` as each handler call sees it."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        super().__init__()
+        self.received: list[float | None] = []
+
+    def on_add(self, obj: Object) -> None:
+        """Record the add and when its event was received."""
+        self.received.append(received_at())
+        super().on_add(obj)
+
+
+def test_handlers_can_tell_when_the_watch_event_was_received() -> None:
+    """``received_at`` is the informer clock's time of the event being delivered."""
+    clock = FakeClock(50.0)
+    lw, handler = FakeListWatcher(), ReceiptRecorder()
+    lw.pages = [[{"items": []}]]
+
+    def stream() -> Iterator[WatchEvent]:
+        yield {"type": "ADDED", "object": obj("a", "101")}
+        clock.step(2)
+        yield {"type": "ADDED", "object": obj("b", "102")}
+
+    lw.streams = [stream]
+    r = reflector(lw, handler, clock)
+    r.list_and_replace()
+    r.watch_once()
+    assert handler.received == [50.0, 52.0]

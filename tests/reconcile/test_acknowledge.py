@@ -7,10 +7,15 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+import structlog
+
 from controller.cache import ObjectKey
 from controller.clock import FakeClock
+from reconcile import acknowledge
 from reconcile.acknowledge import Acknowledger, acknowledgment, pending_generation
 from reconcile.context import Mutation
+from testbed.waits import wait_for
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -150,3 +155,39 @@ def test_a_failing_write_does_not_end_the_thread() -> None:
         assert ack.alive()
     finally:
         ack.close()
+
+
+class SlowWriter(FakeWriter):
+    """A writer whose PATCH takes ``seconds`` on ``clock``."""
+
+    def __init__(self, clock: FakeClock, seconds: float, *objects: dict[str, Any]) -> None:
+        """Hold ``objects``; each update steps ``clock`` by ``seconds``."""
+        super().__init__(*objects)
+        self.clock, self.seconds = clock, seconds
+
+    def update(self, key: ObjectKey, mutate: Mutation) -> bool:
+        """Take ``seconds``, then write."""
+        self.clock.step(self.seconds)
+        return super().update(key, mutate)
+
+
+def test_each_acknowledgment_logs_its_legs_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delivery, queue and write times (ms) from the watch event's receipt to the PATCH."""
+    clock = FakeClock(100.0)
+    writer = SlowWriter(clock, 0.05, stack("a", 1))
+    monkeypatch.setattr(acknowledge, "received_at", lambda: 99.99)  # 10 ms before the offer
+    ack = Acknowledger(writer, writer, active=lambda: True, clock=clock)
+    with structlog.testing.capture_logs() as logs:
+        try:
+            ack.on_add(writer.objects[ObjectKey("ns", "a")])
+            writer.wait_written(ObjectKey("ns", "a"))
+            entry = wait_for(
+                lambda: [e for e in logs if e["event"] == "Acknowledged"], "the log", 10
+            )
+        finally:
+            ack.close()
+    [logged] = entry
+    assert logged["log_level"] == "debug"
+    assert (logged["key"], logged["generation"]) == ("ns/a", 1)
+    assert (logged["delivery_ms"], logged["queued_ms"]) == (10.0, 0.0)
+    assert (logged["write_ms"], logged["total_ms"]) == (50.0, 60.0)

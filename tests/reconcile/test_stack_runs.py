@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from controller.reconciler import Result
 from reconcile.policy import Policy
 from reconcile.stack import FINALIZER
@@ -383,3 +385,17 @@ def test_an_interrupted_run_that_then_cannot_start_is_not_rerun_at_once(h: Harne
     assert "interrupted" not in h.status["lastUpdate"]
     assert h.kstatus()["Stalled"] == ("True", "AuthenticationFailed")
     assert [e.reason for e in h.events.posted].count("UpdateStarted") == 2
+
+
+def test_a_run_logs_the_seconds_of_each_leg_at_debug(h: Harness) -> None:
+    """Announce, checkout, runner and conclude, on the reconciler's clock."""
+    h.create()
+    h.runner.then(h.succeed())
+    with structlog.testing.capture_logs() as logs:
+        h.reconcile()
+    [timed] = [e for e in logs if e["event"] == "Run timed"]
+    assert timed["log_level"] == "debug"
+    assert timed["operation"] == "up"
+    legs = {k: v for k, v in timed.items() if k.endswith("_s")}
+    assert set(legs) == {"announce_s", "checkout_s", "runner_s", "conclude_s"}
+    assert all(v >= 0 for v in legs.values())

@@ -125,7 +125,13 @@ class OperationRun:
             "PULUMI_HOME": str(self.home),
         }
         self._context = CliContext(
-            settings.binary, request.work_dir, env, stop, settings.interrupt_grace, self._log_line
+            settings.binary,
+            request.work_dir,
+            env,
+            stop,
+            settings.interrupt_grace,
+            self._log_line,
+            settings.clock,
         )
         self.cli = Cli(self._context)
         self.installs: list[InstallRecord] = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import structlog
 
+from controller.clock import Clock, RealClock
 from workspace import process
 
 log = structlog.get_logger(__name__)
@@ -108,6 +109,8 @@ class CliContext:
 
     ``binary`` is the absolute path of ``pulumi``; ``env`` goes over ``inherited_env()``;
     ``on_line`` gets every output line (stdout and stderr) while a command runs.
+    ``clock`` times each command (the debug line ``pulumi command``: its words, exit code
+    and seconds), so that a run's time can be split between the CLI and the rest.
     """
 
     binary: str
@@ -116,6 +119,7 @@ class CliContext:
     stop: threading.Event
     grace: float
     on_line: Callable[[str], None] | None = None
+    clock: Clock = field(default_factory=RealClock)
 
 
 class Cli:
@@ -149,11 +153,14 @@ class Cli:
             grace=self._context.grace,
         )
         output = process.Output(self._context.on_line, self._context.on_line)
+        started = self._context.clock.now()
         try:
             result = process.run(command, stop=stop, output=output)
         except process.StoppedError as err:
             self.interrupted = True
             raise CliStoppedError(words) from err
+        seconds = round(self._context.clock.now() - started, 3)
+        log.debug("pulumi command", command=words, code=result.code, seconds=seconds)
         self.last = result
         self.interrupted |= result.interrupted
         if result.code != 0:
