@@ -20,10 +20,19 @@ goes first. Times, all wall clock:
 Ratios are of the medians over the runs, all measured in this one run: ``ratio_e2e`` =
 ``op_e2e_s / cli_up_s`` (the headline, judged against the 1.10 target), ``ratio_run`` =
 ``op_run_s / cli_up_s``.
+
+The breakdown: the same rounds again with the operator at ``--log-level=debug`` (apart
+from the headline, which debug logging would slow), read from its log: ``op_cli_up_s``,
+the operator's own ``pulumi up`` call (``pulumi command``), and the legs around it
+(``Run timed``: ``op_announce_s``, ``op_checkout_s``, ``op_conclude_s``; medians), with
+``debug_cli_up_s``, the bare CLI's ``up`` in those rounds. ``ratio_cli`` =
+``op_cli_up_s / debug_cli_up_s``: how much slower the very same CLI command runs under
+the operator (the machine shared with it and the API server) than alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -108,14 +117,48 @@ def run(ctx: Context) -> Summary:
     namespace = bed.namespace("overhead")
     cli = BareCli(bed, f"cli-{secrets.token_hex(3)}")
     cli.init(bed.backend.parent / f"{cli.stack}.txt")
-    with StackWatch(bed.api, namespace) as watch, Operator(bed, namespace):
+    with StackWatch(bed.api, namespace) as watch:
         sides = _Sides(ctx, watch, cli, namespace)
-        ctx.progress("overhead: warm-up update on each side")
-        sides.warm_up()
-        alternate(
-            ctx.progress, "overhead:", ctx.scale.overhead_runs, (sides.operator, sides.cli), "v"
-        )
-    return sides.summary()
+        with Operator(bed, namespace):
+            ctx.progress("overhead: warm-up update on each side")
+            sides.warm_up()
+            alternate(
+                ctx.progress, "overhead:", ctx.scale.overhead_runs, (sides.operator, sides.cli), "v"
+            )
+        headline = sides.summary()
+        sides.samples["cli"] = []
+        with Operator(bed, namespace, "--log-level=debug") as debug:
+            alternate(
+                ctx.progress, "overhead (debug):", ctx.scale.overhead_runs,
+                (sides.operator, sides.cli), "d",
+            )  # fmt: skip
+        legs = run_legs(debug.log.read_text(errors="replace"), sides.name)
+    return headline.extended(
+        debug_cli_up_s=median(sides.samples["cli"]),
+        **{f"op_{leg}_s": median(values) for leg, values in legs.items()},
+        ratio_cli=median(legs["cli_up"]) / median(sides.samples["cli"]),
+    )
+
+
+RUN_LEGS = ("announce", "checkout", "conclude", "cli_up")
+
+
+def run_legs(log: str, name: str) -> dict[str, list[float]]:
+    """The debug log's ``Run timed`` legs and ``pulumi command`` ``up`` seconds of ``name``."""
+    legs: dict[str, list[float]] = {leg: [] for leg in RUN_LEGS}
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("name") != name:
+            continue
+        if entry.get("event") == "Run timed":
+            for leg in RUN_LEGS[:3]:
+                legs[leg].append(float(entry[f"{leg}_s"]))
+        elif entry.get("event") == "pulumi command" and entry.get("command") == "up":
+            legs["cli_up"].append(float(entry["seconds"]))
+    return legs
 
 
 class _Sides:
@@ -124,7 +167,7 @@ class _Sides:
     def __init__(self, ctx: Context, watch: StackWatch, cli: BareCli, namespace: str) -> None:
         self._api = client.CustomObjectsApi(ctx.bed.api)
         self._bed, self._watch, self._cli, self._namespace = ctx.bed, watch, cli, namespace
-        self._name = f"op-{secrets.token_hex(3)}"
+        self.name = self._name = f"op-{secrets.token_hex(3)}"
         self.samples: dict[str, list[float]] = {"e2e": [], "run": [], "cli": [], "config": []}
 
     def warm_up(self) -> None:

@@ -149,6 +149,14 @@ def _overhead(s: Summary) -> Row:
         f"run {_sig(s.get('op_run_s'))} s; bare `pulumi up` {_sig(s.get('cli_up_s'))} s → "
         f"**{s.get('ratio_e2e'):.2f}{TIMES}** (the run alone {s.get('ratio_run'):.2f}{TIMES})"
     )
+    if "ratio_cli" in s.fields:
+        result += (
+            f"; breakdown (debug log): the operator's own `pulumi up` "
+            f"{_sig(s.get('op_cli_up_s'))} s vs bare {_sig(s.get('debug_cli_up_s'))} s "
+            f"({s.get('ratio_cli'):.2f}{TIMES}); around it: announce "
+            f"{_sig(s.get('op_announce_s'))} s, checkout {_sig(s.get('op_checkout_s'))} s, "
+            f"conclude {_sig(s.get('op_conclude_s'))} s"
+        )
     return ("overhead", what, result, f"≤ 1.10{TIMES}: {_met(s.get('ratio_e2e') <= 1.10)}")
 
 

@@ -68,6 +68,11 @@ class Summary:
                 raise ValueError(msg)
         return cls(name, fields)
 
+    def extended(self, **values: float | str) -> Summary:
+        """This summary with ``values`` appended (formatted as ``of`` does)."""
+        more = Summary.of(self.name, **values)
+        return Summary(self.name, {**self.fields, **more.fields})
+
     def line(self) -> str:
         """``bench=<name> key=value ...``."""
         return " ".join([f"bench={self.name}", *(f"{k}={v}" for k, v in self.fields.items())])

@@ -1,0 +1,38 @@
+"""The overhead bench's breakdown, read from the operator's debug log."""
+
+from __future__ import annotations
+
+import json
+
+from bench.overhead import run_legs
+from bench.readme import _overhead
+from bench.stats import Summary
+
+
+def test_the_stacks_run_legs_and_its_up_calls_are_read() -> None:
+    """``Run timed`` legs and ``pulumi command`` ``up`` seconds of that Stack only."""
+    lines = [
+        {"event": "Run timed", "name": "op", "announce_s": 0.01, "checkout_s": 0.1,
+         "runner_s": 1.0, "conclude_s": 0.02},
+        {"event": "pulumi command", "name": "op", "command": "up", "seconds": 0.95},
+        {"event": "pulumi command", "name": "op", "command": "stack select", "seconds": 0.2},
+        {"event": "pulumi command", "name": "other", "command": "up", "seconds": 9},
+    ]  # fmt: skip
+    log = "\n".join([*map(json.dumps, lines), "not json"])
+
+    assert run_legs(log, "op") == {
+        "announce": [0.01],
+        "checkout": [0.1],
+        "conclude": [0.02],
+        "cli_up": [0.95],
+    }
+
+
+def test_the_row_carries_the_breakdown_when_measured() -> None:
+    """With ``ratio_cli`` the result names the operator's own up and the legs around it."""
+    head = Summary.of("overhead", runs=5, op_e2e_s=2.4, op_run_s=2.3, cli_up_s=1.9,
+                      ratio_e2e=1.26, ratio_run=1.21)  # fmt: skip
+    full = head.extended(op_cli_up_s=2.2, debug_cli_up_s=1.9, ratio_cli=1.16,
+                         op_announce_s=0.01, op_checkout_s=0.1, op_conclude_s=0.02)  # fmt: skip
+    assert "breakdown" not in _overhead(head)[2]
+    assert "own `pulumi up` 2.2 s vs bare 1.9 s (1.16" in _overhead(full)[2]
