@@ -24,6 +24,7 @@ from kubernetes import client
 
 from testbed.git_http import Account, GitHttpServer
 from testbed.process import free_port
+from testbed.waits import wait_for
 from tests.e2e.agreement import transition_counts
 from tests.e2e.conftest import Operator, Program, Sentinels, Stacks, find
 from tests.e2e.waits import reconciles, status_writes, wait_until
@@ -59,17 +60,19 @@ def wait_observed(
     timeout: float = 60,
 ) -> int:
     """Poll the watcher until a recorded version of ``name`` passes ``check``; its index."""
-    assert stacks.watcher is not None
-    deadline = time.monotonic() + timeout
-    while True:
-        history = stacks.watcher.observations(name)
-        found = next((i for i, o in enumerate(history) if check(o.obj)), None)
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            last = json.dumps(history[-1].obj.get("status")) if history else "no version"
-            pytest.fail(f"no version of {name} showed {what} in {timeout:g} s; last: {last}")
-        time.sleep(0.1)
+    watcher = stacks.watcher
+    assert watcher is not None
+
+    def first() -> int | None:
+        history = watcher.observations(name)
+        return next((i + 1 for i, o in enumerate(history) if check(o.obj)), None)
+
+    def last() -> str:
+        history = watcher.observations(name)
+        return json.dumps(history[-1].obj.get("status")) if history else "no version"
+
+    found = wait_for(first, f"a version of {name} showing {what}", timeout, 0.1, detail=last)
+    return found - 1  # found is 1-based so that index 0 counts as found
 
 
 def per_type(counts: Mapping[tuple[str, str, str], int]) -> collections.Counter[str]:

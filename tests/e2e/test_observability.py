@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.control_plane import ControlPlane
 from testbed.prometheus import Prometheus, check_metrics
+from testbed.waits import wait_for
 from tests.e2e.agreement import api_states
 from tests.e2e.conftest import Operator, Program, Stacks
 from tests.e2e.waits import wait_reconciles
@@ -116,23 +116,20 @@ def test_prometheus_sees_the_conditions_and_loses_them_on_delete(
             found.setdefault((labels["name"], labels["type"]), []).append(labels["status"])
         return found
 
-    deadline = time.monotonic() + 30
-    while scraped() != shown and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert scraped() == shown
+    wait_for(lambda: scraped() == shown, "Prometheus to scrape what the API shows", 30)
     assert len(shown) == 9  # three Stacks, three types each
     lint = check_metrics(operator.metrics())
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert_documented_metrics_exported(operator.metrics())
 
     stacks.delete("watched")
-    deadline = time.monotonic() + 60
-    while sample(operator.metrics(), "pulumi_stack_condition", name="watched") is not None:
-        assert time.monotonic() < deadline, "series of the deleted Stack still exported"
-        time.sleep(0.5)
-    while scraper.query('pulumi_stack_condition{name="watched"}') != []:
-        assert time.monotonic() < deadline, "Prometheus still has the deleted Stack's series"
-        time.sleep(0.5)
+
+    def unexported() -> bool:
+        return sample(operator.metrics(), "pulumi_stack_condition", name="watched") is None
+
+    wait_for(unexported, "the deleted Stack's series to leave /metrics", 60)
+    gone = 'pulumi_stack_condition{name="watched"}'
+    wait_for(lambda: scraper.query(gone) == [], "Prometheus to drop the deleted Stack", 60)
 
 
 def documented_metrics() -> dict[str, set[str]]:
