@@ -25,6 +25,7 @@ its lock is dead; it is released and the operation runs once more.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -70,6 +71,7 @@ from workspace.source import (
 WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", "/workspace"))
 SOURCE = WORKSPACE / "source"
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
+CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
 CLOCK = RealClock()  # the run pod's one clock
 
 
@@ -169,7 +171,7 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     signal.signal(signal.SIGINT, interrupt)
     job = AgentJob.from_environment(environ)
     _forget_environment()
-    outcome = fitted(run(job, environ, stop))
+    outcome = fitted(with_checkout_seconds(run(job, environ, stop)))
     print(outcome_line(outcome), flush=True)  # noqa: T201 - the report channel is stdout
     return 0
 
@@ -178,10 +180,21 @@ def checkout_only(environ: Mapping[str, str]) -> int:
     """The init container: check the source out into the workspace; 0 even if that failed."""
     job = AgentJob.from_environment(environ)
     _forget_environment()
+    started = CLOCK.now()
     failed = _checkout(job, _now())
+    CHECKOUT_SECONDS.write_text(f"{CLOCK.now() - started:.3f}\n")
     if failed is not None:
         CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
     return 0
+
+
+def with_checkout_seconds(outcome: Outcome) -> Outcome:
+    """``outcome`` with the init container's checkout time (``CHECKOUT_SECONDS``) added."""
+    try:
+        seconds = float(CHECKOUT_SECONDS.read_text())
+    except (OSError, ValueError):
+        return outcome
+    return dataclasses.replace(outcome, seconds={**outcome.seconds, "checkout": seconds})
 
 
 def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Outcome:

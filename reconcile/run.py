@@ -86,7 +86,8 @@ class Runs:
             return Result()
         result = self._conclude(at, plan, operated)
         legs.mark("conclude")
-        log.debug("Run timed", operation=plan.operation, **legs.seconds)
+        inside = {f"in_runner_{k}_s": v for k, v in operated.outcome.seconds.items()}
+        log.debug("Run timed", operation=plan.operation, **legs.seconds, **inside)
         return result
 
     def _resume_orphaned(self, at: Pass, plan: Plan, stop: threading.Event) -> Result | None:
@@ -271,7 +272,8 @@ class _Legs:
 
     ``announce``: writing the run's start; ``checkout``: laying the source out (or building
     a run pod's job); ``runner``: the runner's operation (for a pod: creating it, waiting,
-    following it); ``conclude``: writing the outcome and its Events.
+    following it); ``conclude``: writing the outcome and its Events. The runner's own
+    split of its leg (``Outcome.seconds``) is logged beside them as ``in_runner_<phase>_s``.
     """
 
     def __init__(self, clock: Clock) -> None:

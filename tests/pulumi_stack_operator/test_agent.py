@@ -11,7 +11,7 @@ import pytest
 from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
 from pulumi_stack_operator.pulumi_cli import PulumiCli
-from workspace.runner import EnvSources
+from workspace.runner import EnvSources, ErrorKind, failed_outcome
 from workspace.runner.scrub import Scrubber
 
 JOB = {
@@ -164,3 +164,21 @@ def test_without_the_sources_every_env_value_may_be_secret() -> None:
 
     assert request.secret_env is None
     assert Scrubber(request).scrub("host 10.0.0.1") == "host [secret]"
+
+
+def test_the_checkout_time_of_the_init_container_joins_the_outcome(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``checkout`` writes its seconds; the run's outcome carries them as ``checkout``."""
+    monkeypatch.setattr(agent, "CHECKOUT_SECONDS", tmp_path / "checkout-seconds")
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
+    monkeypatch.setattr(agent, "checkout", lambda *_args, **_options: "c" * 40)
+    started = agent._now()  # noqa: SLF001
+    ran = failed_outcome("up", ErrorKind.UPDATE_FAILED, "x", started, started)
+    assert agent.with_checkout_seconds(ran).seconds == {}  # no checkout ran: nothing added
+
+    assert agent.main(["checkout"], environment()) == 0
+
+    seconds = agent.with_checkout_seconds(ran).seconds
+    assert set(seconds) == {"checkout"}
+    assert seconds["checkout"] >= 0

@@ -371,6 +371,7 @@ class OperationRun:
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
             project=self.project_info(),
+            seconds=self._seconds(),
         )
         self.log.info("Pulumi operation succeeded", changes=outcome.resource_changes)
         return outcome
@@ -392,9 +393,16 @@ class OperationRun:
             installs=tuple(self.installs),
             cache_bytes=dict(self.cache_bytes),
             project=self.project_info(),
+            seconds=self._seconds(),
         )
         self.log.warning("Pulumi operation failed", phase=failure.phase, error=str(outcome.error))
         return outcome
+
+    def _seconds(self) -> dict[str, float]:
+        """Where the operation's time went: installing, and the CLI's commands."""
+        installed = sum(record.seconds for record in self.installs)
+        found = {"install": round(installed, 3)} if self.installs else {}
+        return found | ({"cli": round(self.cli.seconds, 3)} if self.cli.seconds else {})
 
     def project_info(self) -> ProjectInfo | None:
         """The project's name and runtime; None when its project file cannot be read."""

@@ -60,6 +60,8 @@ def outcome_line(outcome: Outcome) -> str:
         "installs": [_install(record) for record in outcome.installs],
         "cacheBytes": dict(outcome.cache_bytes),
     }
+    if outcome.seconds:
+        body["seconds"] = {k: round(v, 3) for k, v in outcome.seconds.items()}
     if outcome.project is not None:
         body["project"] = {"name": outcome.project.name, "runtime": outcome.project.runtime}
     return PREFIX + json.dumps({"outcome": body}, separators=(",", ":"), default=str)
@@ -174,7 +176,15 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         installs=_installs(body.get("installs") or []),
         cache_bytes={str(k): _count(v) for k, v in cache_bytes.items()},
         project=_project(body.get("project")),
+        seconds=_seconds(body.get("seconds") or {}),
     )
+
+
+def _seconds(value: object) -> dict[str, float]:
+    """The outcome's phase times (absent in lines of older agents: empty)."""
+    if not isinstance(value, dict):
+        raise TypeError("seconds is an object")
+    return {str(k): max(0.0, float(v)) for k, v in value.items()}
 
 
 def _count(value: object) -> int:

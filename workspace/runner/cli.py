@@ -130,6 +130,7 @@ class Cli:
         self._context = context
         self.interrupted = False  # a command of this operation was interrupted or not started
         self.last: process.Completed | None = None
+        self.seconds = 0.0  # every command's time so far, on the context's clock
 
     def run(
         self, args: Sequence[str], *, stdin: str | None = None, interruptible: bool = True
@@ -160,6 +161,7 @@ class Cli:
             self.interrupted = True
             raise CliStoppedError(words) from err
         seconds = round(self._context.clock.now() - started, 3)
+        self.seconds += seconds
         log.debug("pulumi command", command=words, code=result.code, seconds=seconds)
         self.last = result
         self.interrupted |= result.interrupted

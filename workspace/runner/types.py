@@ -202,7 +202,10 @@ class Outcome:
     and plugin steps that ran or hit their cache; ``cache_bytes`` what the dependency
     cache held after an install (``environments``, ``downloads``, ``plugins``), empty when
     it was not measured. ``project`` is the program's project when its project file could
-    be read (also for a failure after that), else None.
+    be read (also for a failure after that), else None. ``seconds`` is where the run's
+    time went, by phase, as the runner measured it: ``install`` (dependencies and
+    plugins), ``cli`` (every ``pulumi`` command together), and in a run pod ``checkout``
+    (the init container's); a phase that did not happen is absent.
     """
 
     operation: Operation
@@ -217,6 +220,7 @@ class Outcome:
     installs: tuple[InstallRecord, ...] = ()
     cache_bytes: Mapping[str, int] = field(default_factory=dict)
     project: ProjectInfo | None = None
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,3 +128,16 @@ def test_an_outcome_too_large_for_a_line_is_fitted_not_lost() -> None:
     assert len(outcome_line(fit)) <= 1000
     assert parse_line(outcome_line(fit)) == fit
     assert fitted(outcome()) == outcome()
+
+
+def test_the_phase_seconds_come_back_and_an_older_line_has_none() -> None:
+    """``seconds`` round-trips; a line without it (an older agent) reads as empty."""
+    sent = outcome(seconds={"checkout": 1.25, "install": 0.5, "cli": 3.0})
+    assert parse_line(outcome_line(sent)) == sent
+    body = json.loads(outcome_line(outcome())[len(PREFIX) :])
+    assert "seconds" not in body["outcome"]
+    older = parse_line(outcome_line(outcome()))
+    assert isinstance(older, Outcome)
+    assert older.seconds == {}
+    body["outcome"]["seconds"] = ["not", "an", "object"]
+    assert parse_line(PREFIX + json.dumps(body)) is None

@@ -75,6 +75,9 @@ def test_up_creates_the_file_and_reports_outputs(
     assert outcome.permalink is None  # file backends have no web page
     assert outcome.started.tzinfo is UTC
     assert outcome.started <= outcome.ended <= datetime.now(UTC)
+    took = (outcome.ended - outcome.started).total_seconds()
+    assert 0 < outcome.seconds["cli"] <= took  # every pulumi command together
+    assert set(outcome.seconds) <= {"cli", "install"}
 
 
 def test_second_up_with_same_inputs_changes_nothing(
