@@ -203,6 +203,36 @@ def stalled(
     return new
 
 
+def without_stale_stall(
+    status: Mapping[str, Any], generation: int, now: datetime.datetime
+) -> Mapping[str, Any]:
+    """``status`` as written to an object at ``generation``: no Stalled for an older one.
+
+    A verdict is computed for the generation a pass read; by the time it is written the
+    object may be newer (a spec edit, or the API server marking it for deletion, which
+    bumps a custom resource's generation). Stalled=True then describes a generation that
+    is gone: it becomes Reconciling=True (same reason, the message saying which generation
+    awaits reconciling), so that Stalled=True always means the object's own generation.
+    A status with nothing stale is returned as it is.
+    """
+    stall = get_condition(status, STALLED)
+    observed = int(status.get("observedGeneration") or 0)
+    if stall is None or stall.get("status") != "True" or observed >= generation:
+        return status
+    new: Status = copy.deepcopy(dict(status))
+    _remove(new, STALLED)
+    try:
+        reason = Reason(str(stall.get("reason")))
+    except ValueError:
+        reason = Reason.PROGRESSING
+    message = (
+        f"generation {generation} awaits reconciling; generation {observed} stalled: "
+        f"{stall.get('message') or ''}"
+    )
+    _set(new, RECONCILING, "True", reason, message, generation=observed, now=now)
+    return new
+
+
 def deleting(  # noqa: PLR0913 - each argument is a separate fact
     status: Mapping[str, Any],
     generation: int,

@@ -8,6 +8,10 @@ A 409 (someone wrote in between) re-reads the object from the API and applies ``
 again on fresh data. Writes go to the status subresource, so they never bump
 ``metadata.generation``.
 
+A status is never written claiming ``Stalled`` for a generation older than the object's
+(``conditions.without_stale_stall``): a verdict computed for a generation that a spec edit
+or the deletion has since superseded lands as ``Reconciling`` instead.
+
 "Newest status": the informer's cache lags our own writes, so the writer reads through a
 ``controller.view.ReadYourWritesView`` and records there the object each PATCH returned; the
 view answers with it until the cache has caught up. Otherwise a patch computed against a
@@ -53,6 +57,7 @@ from controller.cache import Object, ObjectKey, resource_version, thaw
 from controller.clock import Clock, RealClock
 from controller.retry import MAX_DELAY, is_transient, request_too_large, retrying
 from controller.view import ReadYourWritesView
+from status.conditions import without_stale_stall
 
 log = structlog.get_logger(__name__)
 
@@ -388,7 +393,9 @@ class StatusWriter:
             old: dict[str, Any] = thaw(obj.get("status") or {})
             if write.before is None:
                 write.before = old
-            patch = merge_patch(old, write.mutate(old))
+            generation = int((obj.get("metadata") or {}).get("generation") or 0)
+            new = without_stale_stall(write.mutate(old), generation, self._clock.wall())
+            patch = merge_patch(old, new)
             if not patch:
                 return self._landed_before(write, old)
             result = self._try_patch(key, obj, patch, write)

@@ -123,3 +123,18 @@ def test_every_reason_matches_the_api_pattern(reason: Reason) -> None:
 
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", reason.value)
     assert len(reason.value) <= 128
+
+
+def test_a_stall_of_the_objects_own_generation_is_kept() -> None:
+    """Only a Stalled status older than the object changes; anything else is as it was."""
+    stalled = c.stalled({}, 2, c.Reason.INVALID_SPEC, "bad", T0)
+    assert c.without_stale_stall(stalled, 2, T0) is stalled
+    ready = c.succeeded({}, 1, "ok", T0)
+    assert c.without_stale_stall(ready, 3, T0) is ready
+    stale = c.without_stale_stall(stalled, 3, T0)
+    assert c.get_condition(stale, "Stalled") is None
+    reconciling = c.get_condition(stale, "Reconciling")
+    assert reconciling is not None
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "InvalidSpec")
+    assert reconciling["observedGeneration"] == 2
+    assert reconciling["message"] == "generation 3 awaits reconciling; generation 2 stalled: bad"

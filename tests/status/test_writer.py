@@ -280,3 +280,24 @@ def test_a_status_too_large_to_store_raises_status_too_large_error(
     assert outcome[0].status in {413, 500}
     assert written(registry, "error") == 1  # one PATCH call, not retried
     assert "outputs" not in get(api, key.namespace).get("status", {})
+
+
+def test_a_stall_for_a_superseded_generation_lands_as_reconciling(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """A verdict for generation 1 written after a spec edit: never Stalled on generation 2."""
+    key, store, api = stack
+    writer = StatusWriter(
+        api_client, ReadYourWritesView(store), GROUP, VERSION, PLURAL, CollectorRegistry()
+    )
+    edit = {"spec": {"branch": "other"}}  # the cached copy still says generation 1
+    api.patch_namespaced_custom_object(GROUP, VERSION, key.namespace, PLURAL, key.name, edit)
+    reason = cond.Reason.RETRIES_EXHAUSTED
+    assert writer.update(key, lambda s: cond.stalled(s, 1, reason, "gave up", NOW))
+    obj = get(api, key.namespace)
+    assert obj["metadata"]["generation"] == 2
+    types = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert "Stalled" not in types
+    assert (types["Reconciling"]["status"], types["Reconciling"]["reason"]) == ("True", reason)
+    assert "generation 2 awaits reconciling" in types["Reconciling"]["message"]
+    assert (types["Ready"]["status"], obj["status"]["observedGeneration"]) == ("False", 1)
