@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -429,8 +430,18 @@ def _config(args: argparse.Namespace, app: Application, environ: Mapping[str, st
         log_format=args.log_format,
         log_level=args.log_level,
         kubeconfig=args.kubeconfig or environ.get("KUBECONFIG") or None,
-        identity=f"{socket.gethostname()}_{os.getpid()}",
+        identity=instance_identity(),
     )
+
+
+def instance_identity() -> str:
+    """This process's identity: ``<hostname>_<pid>_<6 random hex digits>``.
+
+    The random part makes every start a new instance: a container restarted in the same
+    pod has the same hostname and, under an init process, usually the same pid, and must
+    not take the run its predecessor left for its own (it attaches to it instead).
+    """
+    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(3)}"
 
 
 def _selector(args: argparse.Namespace, app: Application) -> Selector:

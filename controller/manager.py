@@ -348,6 +348,7 @@ class Manager:
         self._serve()
         log.info(
             "Starting",
+            identity=self.config.identity,
             namespaces=list(self.config.namespaces) or "all",
             label_selector=str(self.config.label_selector) or "all",
             workers=self.config.workers,

@@ -34,7 +34,7 @@ class Settings:
     run_timeout: float = 7200.0  # seconds a run may take, unless spec.timeoutSeconds says
     max_run_timeout: float = 86400.0  # the most any run may take, whatever its spec says
     policy: Policy = dataclasses.field(default_factory=Policy)
-    identity: str = ""  # this operator instance (host_pid), recorded in status.currentUpdate
+    identity: str = ""  # this operator instance (host_pid_hex), in status.currentUpdate
     # True when leader election guarantees that no other instance of this operator runs
     # updates: an update another instance started and never concluded is then dead, once
     # ``takeover_delay`` seconds have passed since we took the Lease (``leading_since``,

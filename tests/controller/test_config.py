@@ -7,12 +7,16 @@ tested in ``tests/pulumi_stack_operator/test_config.py``.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import socket
 
 import pytest
 
 from controller.config import (
     Application,
     build_parser,
+    instance_identity,
     lease_name_for,
     non_negative_int,
     parse,
@@ -224,3 +228,13 @@ def test_bad_input_exits_2_with_a_message(
     err = capsys.readouterr().err
     assert err.startswith("usage: demo-operator")
     assert message in err
+
+
+def test_each_start_is_a_new_instance_even_with_the_same_host_and_pid() -> None:
+    """``<hostname>_<pid>_<hex>``: a container restarted with the same pid is not itself."""
+    first, second = instance_identity(), instance_identity()
+    prefix = f"{socket.gethostname()}_{os.getpid()}_"
+    assert first.startswith(prefix)
+    assert second.startswith(prefix)
+    assert re.fullmatch(r"[0-9a-f]{6}", first.removeprefix(prefix))
+    assert first != second

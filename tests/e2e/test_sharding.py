@@ -2,7 +2,7 @@
 
 Operator A manages ``shard=a``, operator B ``shard!=a`` (every other Stack), each leading on
 the Lease its selector names. Who did what is read from what the operator writes its
-identity (``<host>_<pid>``) into: ``status.currentUpdate.operator`` (every version the
+identity (``<host>_<pid>_<hex>``) into: ``status.currentUpdate.operator`` (every version the
 watcher saw) and the Events' ``reportingInstance``. Both operators write status with the
 same client, so ``managedFields`` cannot tell them apart.
 
@@ -18,6 +18,8 @@ One scenario, so that both processes start once:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import socket
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from controller.labels import parse_selector
 from testbed.assets import find_pulumi
 from testbed.operator import Operator
 from testbed.rbac import operator_kubeconfig
+from testbed.waits import wait_for
 from tests.e2e.agreement import forbidden
 from tests.e2e.beds import Bed
 from tests.e2e.conftest import (
@@ -52,8 +55,19 @@ LEASE_FLAGS = ("--leader-elect", "--lease-duration=20", "--renew-deadline=15", "
 
 
 def identity(operator: Operator) -> str:
-    """What ``operator`` writes as its identity (``controller.config``: host_pid)."""
-    return f"{socket.gethostname()}_{operator.pid}"
+    """What ``operator`` writes as its identity: its ``Starting`` log line says."""
+
+    def logged() -> str | None:
+        for line in operator.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("event") == "Starting":
+                    return str(entry["identity"])
+        return None
+
+    found = wait_for(logged, "the operator's Starting line", 30)
+    assert found.startswith(f"{socket.gethostname()}_{operator.pid}_"), found
+    return found
 
 
 @pytest.fixture
