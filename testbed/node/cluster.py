@@ -173,6 +173,11 @@ class NodeCluster:
         node = [self._supervisor] if self._supervisor else []
         return [*plane, *self._host_processes, *node]
 
+    @property
+    def layout(self) -> NodeLayout:
+        """Where the node's daemons see their files (``testbed.node.faults`` uses it)."""
+        return self._layout()
+
     def log_files(self) -> list[Path]:
         """Every log of the cluster (host processes and the node's daemons)."""
         return sorted(self.logs.glob("*.log")) + sorted((self.root / "node" / "logs").glob("*.log"))
@@ -356,7 +361,9 @@ class NodeCluster:
             str(bins / "kubelet"),
             f"--config={layout.path('kubelet/config.yaml')}",
             f"--kubeconfig={kubelet_kubeconfig}",
-            f"--root-dir={layout.path('kubelet')}",
+            # Not through the symlink: a restarted kubelet finds its volumes' mounts by the
+            # real path (through the symlink it mounts them again and cannot tear them down).
+            f"--root-dir={self.root / 'node' / 'kubelet'}",
             f"--hostname-override={self.node_name}",
             f"--node-ip={self.node_ip}",
             "--v=2",
@@ -375,6 +382,7 @@ class NodeCluster:
             "tmpfs": ["/run", "/var/log", "/var/lib"],
             "components": components,
             "stop_timeout": 10,
+            "control": str(layout.path("control")),  # testbed.node.faults
         }
         path = layout.path("supervisor.json")
         path.write_text(json.dumps(spec, indent=2))

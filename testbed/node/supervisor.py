@@ -13,7 +13,13 @@ private``); stdlib only, since it is started by path. The spec (written by
   ``after`` exists (the host's go-ahead), start the program with its output in ``log``,
   then wait until the file ``ready`` exists (e.g. containerd's socket).
 
-On SIGTERM (or when a component exits) it stops the components in reverse order
+``control`` (optional) is a directory through which the host stops and starts one
+component while the others run (``testbed.node.faults``): it writes ``<name>.want``
+holding ``<action> <token>`` (``stop``: SIGTERM, then SIGKILL after ``stop_timeout``;
+``kill``: SIGKILL; ``start``), and once done the supervisor writes the same text to
+``<name>.done``. A component stopped that way is not a failure.
+
+On SIGTERM (or when a component exits unasked) it stops the components in reverse order
 (SIGTERM, then SIGKILL after ``stop_timeout`` seconds) and exits. As PID 1 its exit makes
 the kernel kill everything left in the namespace (shims, containers), and the last
 process gone takes the mount namespace, with every mount made in it.
@@ -100,17 +106,45 @@ def _start(component: dict[str, Any]) -> int:
 
 def _stop(running: dict[str, int], timeout: float) -> None:
     for name, pid in reversed(running.items()):
-        _log(f"stopping {name}")
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
+        _stop_one(name, pid, timeout)
+
+
+def _stop_one(name: str, pid: int, timeout: float) -> None:
+    """SIGTERM ``pid`` (SIGKILL at once when ``timeout`` is 0, or once it has passed)."""
+    _log(f"stopping {name}")
+    try:
+        os.kill(pid, signal.SIGTERM if timeout > 0 else signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while pid not in _reap():
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.1)
+
+
+def _control(spec: dict[str, Any], running: dict[str, int]) -> None:
+    """Carry out the host's requests in ``spec["control"]`` (module docstring)."""
+    control = Path(spec.get("control") or "/nonexistent")
+    for want in sorted(control.glob("*.want")):
+        request = want.read_text().strip()  # the host renames it into place: complete
+        done = want.with_suffix(".done")
+        if not request or (done.exists() and done.read_text().strip() == request):
             continue
-        deadline = time.monotonic() + timeout
-        while pid not in _reap():
-            if time.monotonic() >= deadline:
-                os.kill(pid, signal.SIGKILL)
-                break
-            time.sleep(0.1)
+        name, action = want.stem, request.split()[0]
+        components = {c["name"]: c for c in spec["components"]}
+        if action in ("stop", "kill") and name in running:
+            timeout = float(spec["stop_timeout"]) if action == "stop" else 0.0
+            _stop_one(name, running.pop(name), timeout)
+        elif action == "start" and name not in running:
+            running[name] = _start(components[name])
+            order = list(components)
+            started = sorted(running.items(), key=lambda item: order.index(item[0]))
+            running.clear()
+            running.update(started)
+        _log(f"{name}: {request} done")
+        done.write_text(request)
 
 
 def main(spec_path: str) -> int:
@@ -133,6 +167,8 @@ def main(spec_path: str) -> int:
     while status == 0 and not _stopping:
         if _died(running):
             status = 1
+            break
+        _control(spec, running)
         time.sleep(0.2)
     _stop(running, float(spec["stop_timeout"]))
     _log(f"exiting with {status}")
