@@ -32,7 +32,16 @@ Guarantees:
 * A run that ends without an outcome is concluded as ``RUNNER_FAILED`` with the pod's own
   reason: deleted, ``Evicted``, ``OOMKilled``, ``DeadlineExceeded``, an exit code, or a
   container that cannot start (``ImagePullBackOff``, ``CreateContainerConfigError`` for a
-  missing Secret, …), and a pod that stays unschedulable past ``start_timeout``.
+  missing Secret, …), and a pod that stays unschedulable past ``start_timeout``, or past
+  ``START_SHARE`` of the run's deadline when that is sooner: a pod that cannot start is
+  concluded ``NotStarted`` with the scheduler's reason before the deadline interrupts it.
+* A program that failed because its pod ran past its memory limit (a node that kills only
+  the largest process, cgroup v1: the agent still reports) is ``RUNNER_FAILED``
+  ``OOMKilled`` naming the limit, once the container's end says so (``END_LOOK``).
+* A pod the API server refuses to create (a ResourceQuota, a LimitRange's maximum, Pod
+  Security admission, a namespace being deleted) fails the run ``RUNNER_FAILED`` with the
+  API server's message and what to change (``refusal``); the pod-failure metric counts it
+  as ``CreateRefused``. The reconciler retries it with backoff.
 * ``stop`` with cause ``shutdown`` (the operator is stopping) leaves the pod running and
   returns ``Detached``; any other cause deletes the pod with its grace period: the agent
   interrupts the CLI the way Ctrl-C does and reports ``INTERRUPTED``.
@@ -43,6 +52,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from datetime import datetime
@@ -83,6 +93,11 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_START_TIMEOUT = 600.0  # seconds a run pod may stay unscheduled or not started
 GONE_TIMEOUT = 300  # seconds past its grace an earlier run pod may take to be gone
+START_SHARE = 0.8  # of a run's deadline, the most its pod may take to start
+CREATE_REFUSED = "CreateRefused"  # the pod-failure metric's reason for a refused create
+END_LOOK = 15.0  # seconds a failed run's pod is watched for its container's end (OOMKilled)
+NOT_PROGRAMS = frozenset({ErrorKind.RUNNER_FAILED, ErrorKind.INTERRUPTED, ErrorKind.CONFLICT})
+"""Failures that are not the program's: its pod is not looked at again for an OOM kill."""
 
 
 class _NoMetrics:
@@ -170,7 +185,7 @@ class PodRunner:
         stopping = stop or threading.Event()
         if podstate.is_run(pod, job, operation):
             log.info("Attaching to the Stack's run pod", pod=podspec.pod_name(job.stack_name))
-            return self._follow(job, pod, operation).follow(report, stopping)
+            return self._run(self._follow(job, pod, operation), report, stopping)
         cleared = self._clear(job, pod, operation, stopping)
         return cleared if isinstance(cleared, Detached) else None
 
@@ -195,8 +210,56 @@ class PodRunner:
 
     # which pod a run follows ------------------------------------------------------------
 
+    def _run(self, run: PodRun, on_progress: ProgressCallback, stop: threading.Event) -> RunResult:
+        """Follow ``run`` to its result; a program failure its pod's OOM kill caused says so.
+
+        On a node that kills only the largest process of a container past its memory
+        limit (cgroup v1), the program dies and the agent reports the CLI's failure; the
+        container's end still reads ``OOMKilled``. Such a failure is ``RUNNER_FAILED``
+        ``OOMKilled``, naming the limit to raise, with the CLI's message after it.
+        """
+        result = run.follow(on_progress, stop)
+        if not isinstance(result, Outcome) or result.succeeded or result.error in NOT_PROGRAMS:
+            return result
+        ended = self._ended(run)
+        if ended is None or podstate.container_reason(ended) != "OOMKilled":
+            return result
+        self._with.metrics.pod_failed("OOMKilled")
+        text = (
+            f"the run pod {run.job.namespace}/{run.name} failed: OOMKilled: a process of the "
+            f"run container was killed for memory: {podstate.oom_hint(ended)}"
+        )
+        log.warning("The run pod was OOM-killed", pod=run.name)
+        return dataclasses.replace(
+            result, error=ErrorKind.RUNNER_FAILED, message=f"{text}; {result.message}"
+        )
+
+    def _ended(self, run: PodRun) -> Pod | None:
+        """The run pod's state once its run container ended (at most ``END_LOOK`` seconds).
+
+        The watch goes on from the last state the run saw, so a pod deleted meanwhile is
+        still read as it was last (the ``DELETED`` event's). None when it did not end.
+        """
+        clock = self._with.clock
+        give_up = clock.now() + END_LOOK
+        with PodChanges(self.api, run.job, run.last, clock) as changes:
+            seen = changes.version
+            while clock.now() < give_up:
+                gone = changes.pod is None  # read first: ``final`` is then at least as new
+                last = changes.final
+                mine = last is not None and podstate.uid(last) == run.uid
+                if mine and last is not None and podstate.container_terminated(last):
+                    return last
+                if gone:
+                    return None
+                seen = changes.wait(seen, give_up)
+        return None
+
     def _follow(self, job: RunJob, pod: Pod, operation: str, *, keep: bool = False) -> PodRun:
-        return PodRun(self._with, job, pod, operation, self._now(), keep=keep)
+        """Follow ``pod``, which must start within the start timeout bounded by the deadline."""
+        limit = start_limit(self._with.start_timeout, job.timeout)
+        following = dataclasses.replace(self._with, start_timeout=limit)
+        return PodRun(following, job, pod, operation, self._now(), keep=keep)
 
     def _operate(
         self,
@@ -207,7 +270,7 @@ class PodRunner:
     ) -> RunResult:
         existing = self.api.read(job)
         if existing is not None and podstate.is_run(existing, job, operation):
-            return self._follow(job, existing, operation).follow(on_progress, stop)
+            return self._run(self._follow(job, existing, operation), on_progress, stop)
         if existing is not None:
             cleared = self._clear(job, existing, operation, stop)
             if cleared is not None:
@@ -236,12 +299,14 @@ class PodRunner:
         except ApiException as err:
             raced = self.api.read(job) if err.status == 409 else None
             if raced is not None and podstate.is_run(raced, job, operation):
-                return self._follow(job, raced, operation).follow(on_progress, stop)
-            message = f"creating the run pod failed: {_api_text(err)}"
+                return self._run(self._follow(job, raced, operation), on_progress, stop)
+            self._with.metrics.pod_failed(CREATE_REFUSED)
+            log.warning("The run pod was refused", status=err.status, operation=operation)
+            message = refusal(job, err)
             return failed(operation, (self._now(), self._now()), message)
         self._with.metrics.pod_created()
         log.info("Created the run pod", pod=podstate.name(pod), operation=operation)
-        return self._follow(job, pod, operation).follow(on_progress, stop)
+        return self._run(self._follow(job, pod, operation), on_progress, stop)
 
     def _clear(
         self, job: RunJob, pod: Pod, operation: str, stop: threading.Event
@@ -311,6 +376,49 @@ def _job(request: UpdateRequest) -> RunJob:
         msg = "PodRunner needs UpdateRequest.job (the reconciler's settings say remote_runs)"
         raise ValueError(msg)
     return request.job
+
+
+def start_limit(start_timeout: float, deadline: float) -> float:
+    """Seconds a run pod may take to start: ``start_timeout``, at most a share of its run.
+
+    ``START_SHARE`` of the run's ``deadline``: a pod that cannot start is concluded
+    ``NotStarted``, saying why, before the deadline interrupts the run.
+    """
+    return min(start_timeout, START_SHARE * deadline)
+
+
+RETRIED = "the run is retried with backoff"
+LIMIT_RANGE = (
+    "the namespace's LimitRange refuses the run pod's resources: keep "
+    f"spec.workspaceTemplate.spec.resources within it; {RETRIED}"
+)
+REFUSALS = {
+    "being terminated": "the namespace is being deleted: no run pod can be created in it",
+    "exceeded quota": (
+        "the namespace's ResourceQuota allows no more: raise or lift it, or lower "
+        f"spec.workspaceTemplate.spec.resources; {RETRIED}"
+    ),
+    "failed quota": (
+        "the namespace's ResourceQuota requires requests or limits: set them in "
+        f"spec.workspaceTemplate.spec.resources; {RETRIED}"
+    ),
+    "per Container": LIMIT_RANGE,
+    "per Pod": LIMIT_RANGE,
+    "violates PodSecurity": (
+        "the namespace's Pod Security admission refuses the run pod: allow it, or set "
+        f"spec.workspaceTemplate.spec.securityProfile; {RETRIED}"
+    ),
+}
+"""A fragment of the API server's refusal -> what the Stack's owner can do about it."""
+
+
+def refusal(job: RunJob, err: ApiException) -> str:
+    """The message of a run pod the API server refused to create: its words, and what to do."""
+    text = _api_text(err)
+    hint = next((h for fragment, h in REFUSALS.items() if fragment in text), None)
+    pod = f"{job.namespace}/{podspec.pod_name(job.stack_name)}"
+    message = f"creating the run pod {pod} failed: {text}"
+    return f"{message}; {hint}" if hint else message
 
 
 def _api_text(err: ApiException) -> str:

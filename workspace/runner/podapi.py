@@ -11,6 +11,8 @@ Guarantees of ``PodChanges``:
 
 * ``pod`` is the newest state seen (None once the pod is deleted); ``version`` grows by one
   for each state published, so a caller waits for "anything newer than what I saw".
+  ``final`` is the newest state the pod had, kept after it is deleted (the ``DELETED``
+  event's), so that why it ended can still be read.
 * A watch that ends (the server's timeout, a dropped connection, ``410 Gone``) is started
   again from the pod read afresh by name; the state read is published. Errors are retried
   after ``RETRY_DELAY`` seconds, on the clock, for as long as the watch is open.
@@ -175,6 +177,7 @@ class PodChanges:
         self._api, self._job, self._clock = api, job, clock
         self._changed = threading.Condition()
         self._pod, self._version = pod, 0
+        self._final = pod
         self._closed = False
         self._response: BaseHTTPResponse | None = None
         since = resource_version(pod) if pod is not None else ""
@@ -186,6 +189,12 @@ class PodChanges:
         """The newest state seen; None once the pod is gone."""
         with self._changed:
             return self._pod
+
+    @property
+    def final(self) -> Pod | None:
+        """The newest state the pod had, even once it is deleted (None: never seen)."""
+        with self._changed:
+            return self._final
 
     @property
     def version(self) -> int:
@@ -219,9 +228,10 @@ class PodChanges:
 
     # the watch thread -----------------------------------------------------------------------
 
-    def _publish(self, pod: Pod | None) -> None:
+    def _publish(self, pod: Pod | None, final: Pod | None = None) -> None:
         with self._changed:
             self._pod = pod
+            self._final = pod or final or self._final
             self._version += 1
             self._changed.notify_all()
 
@@ -262,7 +272,7 @@ class PodChanges:
         version = resource_version(pod) or since
         if kind == "BOOKMARK":
             return version
-        self._publish(None if kind == "DELETED" else pod)
+        self._publish(None if kind == "DELETED" else pod, final=pod)
         return version
 
     def _read_again(self) -> str:

@@ -18,6 +18,15 @@ Guarantees:
   (``podspec.ANNOTATION_CONCLUDED``) so that no later follow takes its outcome again; one
   that never started, or that the operator interrupted, is deleted all the same. A pod
   that cannot be annotated (the API refused) is deleted.
+* The path to the pod failing for a while loses nothing and starts nothing: a log that
+  cannot be opened or read because the API server or the kubelet is away (restarting,
+  ``podnode.unreachable``) is opened again ``LOG_RETRY`` seconds later, from its start,
+  for as long as the pod runs; ``follow`` does not raise for it.
+* A pod whose node is lost is concluded: once the node controller has marked it not
+  Ready for its node for longer than the pod's termination grace period
+  (``podnode.node_lost``), the run fails ``NodeNotReady`` naming the node and since when,
+  and the pod is deleted (it goes once the node is back, or is force-deleted). Its
+  outcome is unknown; the agent of the Stack's next run pod releases the lock it left.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ from typing import Protocol
 
 import structlog
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
-from workspace.runner import podspec, podstate
+from workspace.runner import podnode, podspec, podstate
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
 from workspace.runner.podapi import PodApi, PodChanges, close_stream, lines, unblock
@@ -51,6 +61,7 @@ from workspace.runner.types import (
 log = structlog.get_logger(__name__)
 
 STOP_CHECK = 0.2  # seconds between looks at the stop event while nothing else happens
+LOG_RETRY = 1.0  # seconds before a log that the API server or kubelet did not serve is retried
 
 
 class PodMetrics(Protocol):
@@ -104,6 +115,8 @@ class PodRun:
         self.last, self.keep = pod, keep
         self.interrupted = False
         self.started_seen = False
+        self.log_retry_at = float("-inf")  # clock time before which the log is not opened
+        self.log_failing = False  # the last attempt to read the log failed (logged once)
 
     def follow(self, on_progress: ProgressCallback, stop: threading.Event) -> RunResult:
         """Follow the pod until it reports an outcome or ends without one."""
@@ -123,17 +136,24 @@ class PodRun:
                 done = self._step(pod, on_progress, stop, start_by)
                 if done is not None:
                     return done
-                seen = changes.wait(seen, min(clock.now() + STOP_CHECK, start_by))
+                # The start timeout bounds the wait only until the container has started.
+                wake = clock.now() + STOP_CHECK
+                seen = changes.wait(seen, wake if self.started_seen else min(wake, start_by))
 
     def _step(
         self, pod: Pod, on_progress: ProgressCallback, stop: threading.Event, start_by: float
     ) -> RunResult | None:
         """What the pod's state ``pod`` concludes, or None to wait for its next state."""
+        lost = podnode.node_lost(pod, self._with.clock.wall())
+        if lost is not None:
+            return self.fail(*lost)
         blocked = podstate.cannot_start(pod)
         if blocked is not None:
             return self.fail(*blocked)
         if podstate.container_started(pod):
             self.note_started(pod)
+            if self._with.clock.now() < self.log_retry_at:
+                return None
             return self.read_reports(on_progress, stop)
         if self._with.clock.now() >= start_by:
             return self.fail("NotStarted", podstate.pending_reason(pod))
@@ -148,7 +168,12 @@ class PodRun:
         except ApiException as err:
             if err.status in (400, 404):  # not readable (yet, or any more)
                 return self._after_log()
-            raise
+            if not podnode.unreachable(err):
+                raise
+            return self._log_later(err)
+        except (HTTPError, OSError) as err:
+            return self._log_later(err)
+        self.log_failing = False
         left = threading.Event()
         reading = threading.Event()
         watcher = threading.Thread(
@@ -167,9 +192,22 @@ class PodRun:
             return self.concluded(outcome)
         return self._after_log()
 
+    def _log_later(self, err: BaseException) -> RunResult | None:
+        """The log could not be read for a while (``podnode.unreachable``): None, retry later."""
+        say = log.debug if self.log_failing else log.info
+        say("The run pod's log cannot be read now; retrying", pod=self.name, error=_error(err))
+        self.log_failing = True
+        self.log_retry_at = self._with.clock.now() + LOG_RETRY
+        return None
+
     def _after_log(self) -> RunResult | None:
         """The log ended without an outcome: the pod's end, or None if it still runs."""
-        pod = self._with.api.read(self.job)
+        try:
+            pod = self._with.api.read(self.job)
+        except (ApiException, HTTPError, OSError) as err:
+            if not podnode.unreachable(err):
+                raise
+            return self._log_later(err)
         if pod is None or podstate.uid(pod) != self.uid:
             return self.ended_without_outcome(gone=True)
         self.last = pod
@@ -234,7 +272,7 @@ class PodRun:
         if outcome.error is ErrorKind.INTERRUPTED and not self.interrupted:
             # SIGTERM the operator did not send (a drain, an eviction, a user): the outcome
             # stays the agent's, told why; the verdict judges an interruption not asked for.
-            pod = self._with.api.read(self.job)
+            pod = self._read_or_last()
             reason, why = podstate.terminated_reason(pod if pod is not None else self.last)
             if reason in ("Unknown", "Error", "Completed"):
                 reason, why = "Deleted", DELETED_BY
@@ -262,7 +300,8 @@ class PodRun:
         if delete:
             last = self.last
             self.release(ended=podstate.finished(last) or podstate.container_terminated(last))
-        self._with.metrics.pod_failed(reason)
+        if not (self.keep and self.last["metadata"].get("deletionTimestamp")):
+            self._with.metrics.pod_failed(reason)  # else counted by the run that deleted it
         text = f"the run pod {self.job.namespace}/{self.name} failed: {reason}"
         log.warning("The run pod ended without an outcome", pod=self.name, reason=reason)
         return self._failed(f"{text}: {message}" if message else text)
@@ -290,6 +329,15 @@ class PodRun:
                 return
         self._with.api.delete(self.job, self.uid)
 
+    def _read_or_last(self) -> Pod | None:
+        """The pod read afresh; the last state seen when the API cannot be reached now."""
+        try:
+            return self._with.api.read(self.job)
+        except (ApiException, HTTPError, OSError) as err:
+            if not podnode.unreachable(err):
+                raise
+            return self.last
+
     def _failed(self, message: str) -> Outcome:
         return failed(self.operation, (self.started, self._with.clock.wall()), message)
 
@@ -313,6 +361,12 @@ def read_log(response: BaseHTTPResponse, on_progress: ProgressCallback) -> Outco
     except Exception as err:  # noqa: BLE001 - a broken stream: the caller looks at the pod
         log.debug("The run pod's log stream ended", error=type(err).__name__)
     return outcome
+
+
+def _error(err: BaseException) -> str:
+    """An error's type, and its HTTP status when it has one (never its body)."""
+    status = getattr(err, "status", None)
+    return f"{type(err).__name__} {status}" if status else type(err).__name__
 
 
 def _report(on_progress: ProgressCallback, progress: Progress) -> None:

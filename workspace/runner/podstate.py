@@ -29,6 +29,27 @@ CANNOT_START = frozenset(
 )
 """Waiting reasons of a container the kubelet will not start without a change."""
 
+IMAGE_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+"""Waiting reasons of an image the kubelet cannot pull: the hint names the image setting."""
+
+IMAGE_HINT = (
+    "check spec.workspaceTemplate.spec.image (or the operator's --run-image), that the "
+    "node can reach its registry and the pull secrets of the Stack's ServiceAccount"
+)
+SCHEDULING_HINT = (
+    "no node fits the run pod: check spec.workspaceTemplate.spec.resources.requests and "
+    "the podTemplate's nodeSelector, affinity and tolerations"
+)
+
+DISRUPTIONS = {
+    "EvictionByEvictionAPI": "Evicted",
+    "TerminationByKubelet": "Evicted",
+    "PreemptionByScheduler": "Preempted",
+}
+"""A ``DisruptionTarget`` condition's reason -> the run's failure reason (else its own)."""
+
 
 def name(pod: Pod) -> str:
     """The pod's name."""
@@ -142,34 +163,96 @@ def cannot_start(pod: Pod) -> tuple[str, str] | None:
         waiting = container_state(pod, init=init).get("waiting") or {}
         if waiting.get("reason") in CANNOT_START:
             where = "the checkout container: " if init else ""
-            return str(waiting["reason"]), where + str(waiting.get("message") or "")
+            text = where + str(waiting.get("message") or "")
+            if waiting["reason"] in IMAGE_REASONS:
+                text = f"{text}; {IMAGE_HINT}"
+            return str(waiting["reason"]), text
     if finished(pod) and not container_started(pod):
         return terminated_reason(pod)
     return None
 
 
 def pending_reason(pod: Pod) -> str:
-    """Why the pod's container has not started: unscheduled (and why), or not yet."""
-    for condition in status(pod).get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") != "True":
-            return f"not scheduled: {condition.get('reason')}: {condition.get('message')}"
+    """Why the pod's container has not started: unscheduled (why, and what to check), or not yet."""
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") != "True":
+        why = f"{scheduled.get('reason')}: {scheduled.get('message')}"
+        return f"not scheduled: {why}; {SCHEDULING_HINT}"
     return "its container did not start in time"
 
 
+def _condition(pod: Pod, type_: str) -> Mapping[str, Any] | None:
+    """The pod's condition ``type_``, or None."""
+    for condition in status(pod).get("conditions") or ():
+        if condition.get("type") == type_:
+            found: Mapping[str, Any] = condition
+            return found
+    return None
+
+
+def disruption(pod: Pod) -> tuple[str, str] | None:
+    """(reason, message) of the pod's ``DisruptionTarget`` condition: who is ending it.
+
+    Set by the API server (an eviction), the scheduler (a preemption) or the kubelet
+    before they end the pod; None when it has none.
+    """
+    target = _condition(pod, "DisruptionTarget")
+    if target is None or target.get("status") != "True":
+        return None
+    raw = str(target.get("reason") or "")
+    reason = DISRUPTIONS.get(raw, raw or "Disrupted")
+    detail = f"{raw}: {target.get('message') or ''}".rstrip(": ")
+    return reason, f"{detail}; the run is retried with backoff"
+
+
+def container_reason(pod: Pod) -> str | None:
+    """Why the run container ended (``OOMKilled``, ``Error``, ``Completed``); None if it runs."""
+    terminated = container_state(pod).get("terminated")
+    return str(terminated.get("reason") or "") if terminated else None
+
+
+def memory_limit(pod: Pod) -> str | None:
+    """The run container's memory limit as the pod's spec says (a quantity), or None."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        if container.get("name") == podspec.CONTAINER:
+            limits = (container.get("resources") or {}).get("limits") or {}
+            found = limits.get("memory")
+            return str(found) if found is not None else None
+    return None
+
+
+def oom_hint(pod: Pod) -> str:
+    """What an OOM-killed run pod should have: more memory (its limit named)."""
+    limit = memory_limit(pod)
+    held = f"its memory limit ({limit})" if limit else "the memory it may use"
+    return (
+        f"the run container used more than {held}; raise "
+        "spec.workspaceTemplate.spec.resources.limits.memory"
+    )
+
+
 def terminated_reason(pod: Pod) -> tuple[str, str]:
-    """The pod's own reason for ending: the pod's (Evicted, DeadlineExceeded), the container's.
+    """The pod's own reason for ending, and what to do about it.
+
+    The pod's (Evicted, DeadlineExceeded), who disrupted it (``disruption``: an eviction
+    through the API), the container's (OOMKilled, saying which limit to raise).
 
     ``("Unknown", "")`` when the pod says nothing.
     """
     found = status(pod)
     if found.get("reason"):
         return str(found["reason"]), str(found.get("message") or "")
+    disrupted = disruption(pod)
+    if disrupted is not None:
+        return disrupted
     terminated = container_state(pod).get("terminated")
     if terminated:
         reason = str(terminated.get("reason") or "Error")
         detail = f"exit code {terminated.get('exitCode')}"
         if terminated.get("message"):
             detail += f": {terminated['message']}"
+        if reason == "OOMKilled":
+            detail += f"; {oom_hint(pod)}"
         return reason, detail
     checkout = container_state(pod, init=True).get("terminated")
     if checkout and checkout.get("exitCode"):

@@ -5,6 +5,8 @@ Config (all optional but ``path``):
   content  what to write into it (default "hello")
   delay    seconds each create/update takes (default 0)
   fail     if set, create/update raise an error with this message
+  allocate MiB the program itself fills and holds before it declares its resource (default
+           0): past the run pod's memory limit, it is OOM-killed
 
 Outputs: ``path``, ``content``, and ``secretContent`` (the content, marked secret).
 """
@@ -58,6 +60,8 @@ class File(Resource):
 
 
 config = pulumi.Config()
+# Filled (not just reserved), so that every page counts against the memory limit.
+ballast = b"\x01" * (int(config.get("allocate") or 0) << 20)
 managed = File(
     "file",
     {
