@@ -204,7 +204,10 @@ def stalled(
 
 
 def without_stale_stall(
-    status: Mapping[str, Any], generation: int, now: datetime.datetime
+    status: Mapping[str, Any],
+    generation: int,
+    now: datetime.datetime,
+    before: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any]:
     """``status`` as written to an object at ``generation``: no Stalled for an older one.
 
@@ -213,7 +216,8 @@ def without_stale_stall(
     bumps a custom resource's generation). Stalled=True then describes a generation that
     is gone: it becomes Reconciling=True (same reason, the message saying which generation
     awaits reconciling), so that Stalled=True always means the object's own generation.
-    A status with nothing stale is returned as it is.
+    A status with nothing stale is returned as it is. ``before`` is the status being
+    replaced: a Reconciling=True there keeps its lastTransitionTime.
     """
     stall = get_condition(status, STALLED)
     observed = int(status.get("observedGeneration") or 0)
@@ -230,7 +234,17 @@ def without_stale_stall(
         f"{stall.get('message') or ''}"
     )
     _set(new, RECONCILING, "True", reason, message, generation=observed, now=now)
+    was = get_condition(before or {}, RECONCILING)
+    if was is not None and was.get("status") == "True" and was.get("lastTransitionTime"):
+        _set_time(new, RECONCILING, str(was["lastTransitionTime"]))
     return new
+
+
+def _set_time(status: Status, type_: str, when: str) -> None:
+    """Give condition ``type_`` of ``status`` the lastTransitionTime ``when``."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == type_:
+            condition["lastTransitionTime"] = when
 
 
 def deleting(  # noqa: PLR0913 - each argument is a separate fact

@@ -394,7 +394,7 @@ class StatusWriter:
             if write.before is None:
                 write.before = old
             generation = int((obj.get("metadata") or {}).get("generation") or 0)
-            new = without_stale_stall(write.mutate(old), generation, self._clock.wall())
+            new = without_stale_stall(write.mutate(old), generation, self._clock.wall(), old)
             patch = merge_patch(old, new)
             if not patch:
                 return self._landed_before(write, old)

@@ -19,9 +19,11 @@ node and drops its mounts), the control-plane processes, the cgroups, the networ
 safe to call after a failed ``start()`` and twice. ``leftovers()`` lists what is still on
 the machine afterwards.
 
-The node's files live under ``root/node``; its daemons see them through the symlink
-``/tmp/pso-<id>``, since unix socket paths (containerd's, kubelet's) may not exceed
-~100 bytes and pytest's temporary directories are long.
+The node's files live in ``/tmp/pso-<id>`` (``root/node`` is a symlink to it), since unix
+socket paths (containerd's, kubelet's) may not exceed ~100 bytes and pytest's temporary
+directories are long. The daemons get the real, short paths: a kubelet that saw its
+volumes through a symlink would, once restarted, mount them again and never tear them
+down. ``stop()`` removes the directory once no mount is left under it.
 """
 
 from __future__ import annotations
@@ -117,8 +119,8 @@ class NodeCluster:
         self.run_id = secrets.token_hex(3)
         self.node_name = f"pso-node-{self.run_id}"
         self.logs = root / "logs"
-        # Unix socket paths are limited to ~100 bytes: the node's daemons see their files
-        # (under root/node) through this short symlink.
+        # Unix socket paths are limited to ~100 bytes: the node's files live here (short),
+        # and root/node links to them.
         self._short_root = Path(tempfile.gettempdir()) / f"pso-{self.run_id}"
         self._cgroups = CgroupParent(f"pso-{self.run_id}")
         self._network: NodeNetwork | None = None
@@ -235,7 +237,15 @@ class NodeCluster:
         self._cgroups.remove()
         if self._network is not None:
             self._network.delete()
-        self._short_root.unlink(missing_ok=True)
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        """The node's directory and its symlink; kept (a leftover) while a mount is in it."""
+        if self._short_root.is_dir() and not _mounts_of(str(self._short_root)):
+            shutil.rmtree(self._short_root, ignore_errors=True)
+        node = self.root / "node"
+        if node.is_symlink():
+            node.unlink()
 
     def leftovers(self) -> list[str]:
         """What of this cluster is still on the machine: empty once ``stop()`` worked."""
@@ -245,9 +255,9 @@ class NodeCluster:
             for p in _HOST_DEFAULTS
             if p.exists() and p not in self._host_defaults_before
         ]
-        if self._short_root.is_symlink():
-            found.append(f"symlink {self._short_root}")
-        found += _mounts_of(str(self.root))
+        if self._short_root.exists():
+            found.append(f"directory {self._short_root}")
+        found += _mounts_of(str(self.root)) + _mounts_of(str(self._short_root))
         found += self._cgroups.leftovers()
         if self._network is not None:
             found += self._network.leftovers()
@@ -310,8 +320,9 @@ class NodeCluster:
         )
 
     def _start_node(self) -> None:
-        (self.root / "node").mkdir(parents=True, exist_ok=True)
-        self._short_root.symlink_to(self.root / "node")
+        self._short_root.mkdir(parents=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "node").symlink_to(self._short_root)
         layout = self._layout()
         spec = self._write_node_files(layout)
         argv = [
@@ -361,9 +372,7 @@ class NodeCluster:
             str(bins / "kubelet"),
             f"--config={layout.path('kubelet/config.yaml')}",
             f"--kubeconfig={kubelet_kubeconfig}",
-            # Not through the symlink: a restarted kubelet finds its volumes' mounts by the
-            # real path (through the symlink it mounts them again and cannot tear them down).
-            f"--root-dir={self.root / 'node' / 'kubelet'}",
+            f"--root-dir={layout.path('kubelet')}",
             f"--hostname-override={self.node_name}",
             f"--node-ip={self.node_ip}",
             "--v=2",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -98,7 +99,10 @@ def operator_config(objects: list[Manifest], pod_namespace: str) -> OperatorConf
         field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         fields = {"metadata.namespace": pod_namespace, "metadata.name": f"{RELEASE}-0"}
         environ[var["name"]] = fields[field] if field else var["value"]
-    return parse_config(container["args"], environ)
+    parsed = parse_config(container["args"], environ)
+    # Every start is its own instance (a random identity): not part of the configuration.
+    manager_config = dataclasses.replace(parsed.manager, identity="")
+    return dataclasses.replace(parsed, manager=manager_config)
 
 
 def project_version() -> str:

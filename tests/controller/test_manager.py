@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -164,13 +165,14 @@ def test_one_leader_then_failover_on_kill_and_release_on_sigterm(
     by = annotation(widgets, namespace, "w1", "reconciled-by")
     assert by == lease_holder(control_plane, namespace)
     assert by is not None
-    assert by.endswith(f"_{leader.pid}")
+    assert re.search(rf"_{leader.pid}_[0-9a-f]{{6}}$", by), by
 
     leader.stop(signal.SIGKILL)
     wait_for(lambda: standby.is_leader(lease), timeout=30, what="failover")
     create_widget(widgets, namespace, "w2")
     wait_for(lambda: annotation(widgets, namespace, "w2", "reconciled-by"), what="reconcile")
-    assert str(annotation(widgets, namespace, "w2", "reconciled-by")).endswith(f"_{standby.pid}")
+    taken = str(annotation(widgets, namespace, "w2", "reconciled-by"))
+    assert re.search(rf"_{standby.pid}_[0-9a-f]{{6}}$", taken), taken
 
     assert standby.stop() == 0
     assert not lease_holder(control_plane, namespace)  # released on the way out

@@ -206,7 +206,7 @@ def test_stop_leaves_nothing_behind(tmp_path: Path) -> None:
         ready = time.monotonic() - started
         assert cluster.kubectl("get", "node", cluster.node_name).returncode == 0
         running = " ".join(cluster.leftovers())  # the check sees a live cluster's pieces
-        for piece in ("process", "cgroup", "network namespace", "link", "route", "symlink"):
+        for piece in ("process", "cgroup", "network namespace", "link", "route", "directory"):
             assert piece in running
     finally:
         stopping = time.monotonic()

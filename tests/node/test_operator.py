@@ -173,7 +173,7 @@ def test_the_standby_takes_over_when_the_leader_dies(
         program = Program(node_git, tmp_path)
         tenant.create(stack_manifest(tenant, "failover", program))
         tenant.wait_ready("failover", timeout=240)
-        leader = deployment.lease_holder(node_cluster).rpartition("_")[0]
+        leader = deployment.lease_holder(node_cluster).split("_")[0]  # <pod>_<pid>_<hex>
         [standby] = [
             p["metadata"]["name"]
             for p in deployment.ready_pods(node_cluster)

@@ -138,3 +138,13 @@ def test_a_stall_of_the_objects_own_generation_is_kept() -> None:
     assert (reconciling["status"], reconciling["reason"]) == ("True", "InvalidSpec")
     assert reconciling["observedGeneration"] == 2
     assert reconciling["message"] == "generation 3 awaits reconciling; generation 2 stalled: bad"
+
+
+def test_a_stale_stall_written_again_keeps_reconcilings_transition_time() -> None:
+    """Rule 10: a second stale verdict does not move Reconciling's lastTransitionTime."""
+    stalled = c.stalled({}, 2, c.Reason.RETRIES_EXHAUSTED, "gave up", T0)
+    first = c.without_stale_stall(stalled, 3, T0)
+    later = T0 + datetime.timedelta(minutes=2)
+    again = c.stalled(first, 2, c.Reason.RETRIES_EXHAUSTED, "gave up", later)
+    second = c.without_stale_stall(again, 3, later, before=first)
+    assert c.get_condition(second, "Reconciling") == c.get_condition(first, "Reconciling")
