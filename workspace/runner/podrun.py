@@ -265,17 +265,17 @@ class PodRun:
 
     def concluded(self, outcome: Outcome) -> Outcome:
         """The agent's outcome, checked against this run; the pod is deleted (or kept)."""
+        unasked = outcome.error is ErrorKind.INTERRUPTED and not self.interrupted
+        # Read before releasing: deleting the pod can remove it, and the reason with it.
+        pod = self._read_or_last() if unasked else None
         self.release(ended=True)
         if outcome.operation != self.operation:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
             return self._failed(message)
-        if outcome.error is ErrorKind.INTERRUPTED and not self.interrupted:
+        if unasked:
             # SIGTERM the operator did not send (a drain, an eviction, a user): the outcome
             # stays the agent's, told why; the verdict judges an interruption not asked for.
-            pod = self._read_or_last()
-            reason, why = podstate.terminated_reason(pod if pod is not None else self.last)
-            if reason in ("Unknown", "Error", "Completed"):
-                reason, why = "Deleted", DELETED_BY
+            reason, why = self._why_interrupted(pod)
             self._with.metrics.pod_failed(reason)
             text = f"the run pod {self.job.namespace}/{self.name} failed: {reason}: {why}"
             return dataclasses.replace(outcome, message=f"{text}; {outcome.message}")
@@ -328,6 +328,16 @@ class PodRun:
                 log.info("Keeping the finished run pod (Retain)", pod=self.name)
                 return
         self._with.api.delete(self.job, self.uid)
+
+    def _why_interrupted(self, pod: Pod | None) -> tuple[str, str]:
+        """Why a pod was stopped: its fresh state's reason, else the last one seen, else Deleted."""
+        for seen in (pod, self.last):
+            if seen is None:
+                continue
+            reason, why = podstate.terminated_reason(seen)
+            if reason not in ("Unknown", "Error", "Completed"):
+                return reason, why
+        return "Deleted", DELETED_BY
 
     def _read_or_last(self) -> Pod | None:
         """The pod read afresh; the last state seen when the API cannot be reached now."""

@@ -343,6 +343,36 @@ def test_an_interrupted_outcome_the_operator_did_not_ask_for_says_the_pod_was_de
     assert outcome.message.endswith("; update interrupted")
 
 
+def test_an_eviction_the_watch_has_not_shown_yet_is_read_before_the_pod_is_deleted() -> None:
+    """Evicted, the agent reports Interrupted before the watch carries the eviction.
+
+    The pod is read before the runner deletes it, so the message names the eviction, not
+    a deletion by someone unknown.
+    """
+    pods = FakePods()
+    interrupted = dataclasses.replace(
+        DONE, succeeded=False, error=ErrorKind.INTERRUPTED, message="update interrupted"
+    )
+    pods.log = [outcome_line(interrupted)]
+    evicted = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+    }
+
+    def evict() -> None:  # the stored pod changes; no watch event (yet)
+        pods.pods["web-pulumi"]["status"] = {**pods.status, "conditions": [evicted]}
+
+    pods.on_log = evict
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert outcome.message.startswith("the run pod team/web-pulumi failed: Evicted: ")
+    assert pods.deleted == ["web-pulumi"]
+
+
 def test_the_same_run_pod_is_attached_to_not_created_again() -> None:
     """A pod of this Stack, generation, commit and operation exists: it is followed."""
     pods = FakePods()
