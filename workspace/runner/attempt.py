@@ -10,41 +10,28 @@ the stack's outputs. A failed phase raises ``StepFailedError`` with its ``ErrorK
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from controller.clock import Clock, RealClock
 from status.text import truncate
 from workspace import process
 from workspace.runner import project as projects
-from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError, inherited_env
-from workspace.runner.deps import DependencyError, Installer, Permanence, Prepared, Tools
-from workspace.runner.deps.failures import message as failure_message
-from workspace.runner.deps.failures import permanence
-from workspace.runner.deps.installer import ticking
-from workspace.runner.deps.plugins import TOOL as PLUGIN_TOOL
-from workspace.runner.deps.plugins import PluginChecks, project_key
-from workspace.runner.deps.store import disk_usage
-from workspace.runner.deps.tools import ToolStoppedError
+from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError
 from workspace.runner.engine import EventLog, StepObserver, holds_secret
 from workspace.runner.failures import Phase, StepFailedError, classify, stack_missing
-from workspace.runner.home import PLUGINS_DIR, make_home
+from workspace.runner.home import make_home
+from workspace.runner.installing import Installation
 from workspace.runner.known import KnownStack
 from workspace.runner.scrub import Scrubber
+from workspace.runner.settings import RunnerSettings
 from workspace.runner.types import (
     MESSAGE_LIMIT,
     ErrorKind,
-    InstallRecord,
     Operation,
     Outcome,
     Progress,
@@ -62,37 +49,7 @@ _DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.loca
 _PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
 
 
-_UNKNOWN_COMMAND = re.compile(r"unknown (?:command|flag)")
-_PERMANENT_KINDS = {
-    Permanence.PERMANENT: ErrorKind.DEPENDENCIES_INVALID,
-    Permanence.TRANSIENT: ErrorKind.DEPENDENCIES_FAILED,
-}
 MIRROR_ENV = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """What every attempt of one runner shares.
-
-    ``binary``: the absolute ``pulumi``. ``plugin_home``: the ``PULUMI_HOME`` holding the
-    plugin store every Stack's home links to, and the home of requests without their own.
-    ``interrupt_grace``: seconds between SIGINT and SIGKILL of an interrupted CLI.
-    ``installer``: where programs' dependencies are installed and cached;
-    ``plugin_mirror``: the URL every plugin is downloaded from (None: each plugin's own).
-    ``clock``: every time an operation reads (its start and end, step durations, progress).
-    """
-
-    binary: str
-    plugin_home: Path
-    interrupt_grace: float
-    installer: Installer
-    plugin_mirror: str | None = None
-    clock: Clock = field(default_factory=RealClock)
-
-    @property
-    def plugin_store(self) -> Path:
-        """The directory holding the installed plugins."""
-        return self.plugin_home.absolute() / PLUGINS_DIR
 
 
 class OperationRun:
@@ -134,11 +91,10 @@ class OperationRun:
             settings.clock,
         )
         self.cli = Cli(self._context)
-        self.installs: list[InstallRecord] = []
-        self.cache_bytes: dict[str, int] = {}
         self.on_progress = on_progress
         self.observer = StepObserver(None, self._report, clock=settings.clock)
         self.log = log.bind(pulumi_stack=request.stack, operation=operation)
+        self.installation = Installation(settings, self.scrubber, self._report, self.log)
         self._project: projects.Project | None = None
         self.assumed = False  # the stack was not selected: a marker says it exists
 
@@ -164,34 +120,15 @@ class OperationRun:
     def installed(self) -> Iterator[None]:
         """Install the program's dependencies and plugins; hold them until the block ends.
 
-        Dependencies come from the installer's cache when an unchanged program installed
-        them before (nothing runs then); the CLI and the program then use them (links in
-        the program's directory, variables). Plugins the program needs are installed
-        unless a marker says they are (``workspace.runner.deps.plugins``). Raises
-        ``StepFailedError`` (``DEPENDENCIES_INVALID``, ``DEPENDENCIES_FAILED``,
+        Every later CLI call (and the program) uses them (``workspace.runner.installing``).
+        Raises ``StepFailedError`` (``DEPENDENCIES_INVALID``, ``DEPENDENCIES_FAILED``,
         ``INTERRUPTED``, or the project's ``PROGRAM_INVALID``).
         """
         project = self.project
         self._make_home()
-        context = self._context
-        tools = Tools(self.cli.environment(), context.stop, context.grace, self._log_line)
-        with contextlib.ExitStack() as held:
-            try:
-                prepared = held.enter_context(
-                    self.settings.installer.prepared(project, tools, self._installing)
-                )
-                self._activate(prepared)
-                self._plugins(prepared)
-            except DependencyError as err:
-                if err.record is not None:
-                    self.installs.append(err.record)
-                kind = _PERMANENT_KINDS[err.permanence]
-                raise StepFailedError("install", kind, self.scrubber.scrub(err.message)) from err
-            except (ToolStoppedError, OSError) as err:
-                stopped = isinstance(err, ToolStoppedError) or self._context.stop.is_set()
-                kind = ErrorKind.INTERRUPTED if stopped else ErrorKind.DEPENDENCIES_FAILED
-                message = f"installing dependencies: {err}"
-                raise StepFailedError("install", kind, message) from err
+        with self.installation.held(project, self._context) as context:
+            self._context = context
+            self.cli = Cli(context)
             yield
 
     def open_stack(self, *, create: bool) -> None:
@@ -368,8 +305,8 @@ class OperationRun:
             permalink=_permalink(stdout),
             started=self.started,
             ended=self.settings.clock.wall(),
-            installs=tuple(self.installs),
-            cache_bytes=dict(self.cache_bytes),
+            installs=tuple(self.installation.records),
+            cache_bytes=dict(self.installation.cache_bytes),
             project=self.project_info(),
             seconds=self._seconds(),
         )
@@ -390,8 +327,8 @@ class OperationRun:
             permalink=_permalink(last.stdout if last else ""),
             started=self.started,
             ended=self.settings.clock.wall(),
-            installs=tuple(self.installs),
-            cache_bytes=dict(self.cache_bytes),
+            installs=tuple(self.installation.records),
+            cache_bytes=dict(self.installation.cache_bytes),
             project=self.project_info(),
             seconds=self._seconds(),
         )
@@ -399,9 +336,9 @@ class OperationRun:
         return outcome
 
     def _seconds(self) -> dict[str, float]:
-        """Where the operation's time went: installing, and the CLI's commands."""
-        installed = sum(record.seconds for record in self.installs)
-        found = {"install": round(installed, 3)} if self.installs else {}
+        """Where the operation's time went: installing, and the CLI's commands after it."""
+        installed = self.installation.seconds
+        found = {"install": installed} if installed is not None else {}
         return found | ({"cli": round(self.cli.seconds, 3)} if self.cli.seconds else {})
 
     def project_info(self) -> ProjectInfo | None:
@@ -418,74 +355,6 @@ class OperationRun:
         """Create the Stack's home, its ``plugins`` a link to the shared store."""
         if self.home != self.settings.plugin_home.absolute():
             make_home(self.home, self.settings.plugin_store)
-
-    def _installing(self, what: str, since: datetime) -> None:
-        self._report(Progress("install", 0, 0, 0, what, since))
-
-    def _activate(self, prepared: Prepared) -> None:
-        """Make every later CLI call (and the program) use the installed dependencies."""
-        activation = prepared.activation
-        env = {**self._context.env, **activation.env}
-        if activation.path:
-            rest = env.get("PATH") or inherited_env().get("PATH") or os.defpath
-            env["PATH"] = os.pathsep.join([*activation.path, rest])
-        self._context = dataclasses.replace(self._context, env=env)
-        self.cli = Cli(self._context)
-        if prepared.usage is not None:
-            self.cache_bytes |= {
-                "environments": prepared.usage.environments,
-                "downloads": prepared.usage.downloads,
-            }
-        self.installs.extend(prepared.records)
-
-    def _plugins(self, prepared: Prepared) -> None:
-        """Install the plugins the program needs, unless they are known to be there.
-
-        Only for programs whose dependencies were installed, or that have none to install
-        (YAML); for others the engine acquires missing plugins itself.
-        """
-        project = self.project
-        if prepared.plan is None and project.runtime != "yaml":
-            return
-        checks = PluginChecks(
-            self.settings.installer.store.root / "plugin-checks", self.settings.plugin_store
-        )
-        key = prepared.plan.key if prepared.plan else project_key(project)
-        clock = self.settings.clock
-        started = clock.now()
-        if checks.satisfied(key):
-            self.installs.append(
-                InstallRecord("plugins", PLUGIN_TOOL, hit=True, seconds=clock.now() - started)
-            )
-            return
-        try:
-            with ticking(f"installing plugins ({PLUGIN_TOOL})", self._installing, clock):
-                self.cli.run(["install", "--no-dependencies"])
-        except CliError as err:
-            self._plugins_failed(err, clock.now() - started)
-            return
-        except CliStoppedError as err:
-            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
-        checks.record(key)
-        self.installs.append(
-            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=clock.now() - started)
-        )
-        self.cache_bytes["plugins"] = disk_usage(self.settings.plugin_store)
-
-    def _plugins_failed(self, err: CliError, seconds: float) -> None:
-        """Raise the failure of the plugin step (an older CLI without it: carry on)."""
-        output = f"{err.result.stderr}\n{err.result.stdout}"
-        if _UNKNOWN_COMMAND.search(output):
-            self.log.info("This CLI has no `pulumi install`; the engine installs plugins")
-            return
-        if self.cli.interrupted:
-            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
-        self.installs.append(
-            InstallRecord("plugins", PLUGIN_TOOL, hit=False, seconds=seconds, succeeded=False)
-        )
-        kind = _PERMANENT_KINDS[permanence(output)]
-        text = self.scrubber.scrub(failure_message(f"installing plugins ({PLUGIN_TOOL})", output))
-        raise StepFailedError("plugins", kind, text) from err
 
     def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Completed:
         """Run an engine operation with its events followed and observed."""

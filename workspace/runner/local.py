@@ -44,11 +44,12 @@ import structlog
 
 from controller.clock import Clock, RealClock
 from workspace.runner import locks as backend_locks
-from workspace.runner.attempt import OperationRun, RunnerSettings
+from workspace.runner.attempt import OperationRun
 from workspace.runner.deps import DependencyStore, Installer
 from workspace.runner.failures import StepFailedError
 from workspace.runner.home import forget_credentials
 from workspace.runner.project import load_project
+from workspace.runner.settings import RunnerSettings
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     LockInfo,

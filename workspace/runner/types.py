@@ -204,7 +204,8 @@ class Outcome:
     it was not measured. ``project`` is the program's project when its project file could
     be read (also for a failure after that), else None. ``seconds`` is where the run's
     time went, by phase, as the runner measured it: ``install`` (dependencies and
-    plugins), ``cli`` (every ``pulumi`` command together), and in a run pod ``checkout``
+    plugins, the plugin step's ``pulumi install`` included), ``cli`` (every other ``pulumi``
+    command together), and in a run pod ``checkout``
     (the init container's); a phase that did not happen is absent.
     """
 
