@@ -63,7 +63,7 @@ def received_at() -> float | None:
     For handlers, which run on the reflector's thread: the time the event came off the
     watch stream, so that a handler can tell how long the delivery took to reach it (the
     acknowledgment path's first leg). None on a thread that never received a watch event
-    (a resync, a test calling a handler).
+    (a resync, a relist, a test calling a handler) or outside a watch event's delivery.
     """
     found: float | None = getattr(_delivery, "received_at", None)
     return found
@@ -332,6 +332,12 @@ class Reflector:
         if kind == "BOOKMARK":
             return
         _delivery.received_at = self._clock.now()
+        try:
+            self._deliver(kind, obj)
+        finally:
+            _delivery.received_at = None  # a relist's handler calls must not read this time
+
+    def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             self._store.delete(ObjectKey.of(obj))
             self._handler.on_delete(freeze_object(obj))  # the final state, as the server sent it

@@ -409,3 +409,21 @@ def test_handlers_can_tell_when_the_watch_event_was_received() -> None:
     r.list_and_replace()
     r.watch_once()
     assert handler.received == [50.0, 52.0]
+
+
+def test_a_relist_after_a_watch_event_does_not_carry_that_events_time() -> None:
+    """A handler called by a relist reads None, not the last watch event's receipt."""
+    clock = FakeClock(50.0)
+    lw, handler = FakeListWatcher(), ReceiptRecorder()
+    lw.pages = [[{"items": []}], [{"items": [obj("a", "101"), obj("b", "105")]}]]
+
+    def stream() -> Iterator[WatchEvent]:
+        yield {"type": "ADDED", "object": obj("a", "101")}
+
+    lw.streams = [stream]
+    r = reflector(lw, handler, clock)
+    r.list_and_replace()
+    r.watch_once()
+    clock.step(30)
+    r.list_and_replace()  # as after a 410: b arrives through the relist
+    assert handler.received == [50.0, None]

@@ -41,7 +41,8 @@ Guarantees:
 * A pod the API server refuses to create (a ResourceQuota, a LimitRange's maximum, Pod
   Security admission, a namespace being deleted) fails the run ``RUNNER_FAILED`` with the
   API server's message and what to change (``refusal``); the pod-failure metric counts it
-  as ``CreateRefused``. The reconciler retries it with backoff.
+  as ``CreateRefused`` (``CreateFailed`` when the API server could not answer: 5xx, 429).
+  The reconciler retries it with backoff.
 * ``stop`` with cause ``shutdown`` (the operator is stopping) leaves the pod running and
   returns ``Detached``; any other cause deletes the pod with its grace period: the agent
   interrupts the CLI the way Ctrl-C does and reports ``INTERRUPTED``.
@@ -95,6 +96,7 @@ DEFAULT_START_TIMEOUT = 600.0  # seconds a run pod may stay unscheduled or not s
 GONE_TIMEOUT = 300  # seconds past its grace an earlier run pod may take to be gone
 START_SHARE = 0.8  # of a run's deadline, the most its pod may take to start
 CREATE_REFUSED = "CreateRefused"  # the pod-failure metric's reason for a refused create
+CREATE_FAILED = "CreateFailed"  # ... for a create the API server could not answer (5xx, 429)
 END_LOOK = 15.0  # seconds a failed run's pod is watched for its container's end (OOMKilled)
 NOT_PROGRAMS = frozenset({ErrorKind.RUNNER_FAILED, ErrorKind.INTERRUPTED, ErrorKind.CONFLICT})
 """Failures that are not the program's: its pod is not looked at again for an OOM kill."""
@@ -300,7 +302,7 @@ class PodRunner:
             raced = self.api.read(job) if err.status == 409 else None
             if raced is not None and podstate.is_run(raced, job, operation):
                 return self._run(self._follow(job, raced, operation), on_progress, stop)
-            self._with.metrics.pod_failed(CREATE_REFUSED)
+            self._with.metrics.pod_failed(create_failure(err))
             log.warning("The run pod was refused", status=err.status, operation=operation)
             message = refusal(job, err)
             return failed(operation, (self._now(), self._now()), message)
@@ -410,6 +412,12 @@ REFUSALS = {
     ),
 }
 """A fragment of the API server's refusal -> what the Stack's owner can do about it."""
+
+
+def create_failure(err: ApiException) -> str:
+    """The pod-failure metric's reason for a failed create: refused (4xx) or not answered."""
+    status = err.status or 0
+    return CREATE_REFUSED if 400 <= status < 500 and status != 429 else CREATE_FAILED
 
 
 def refusal(job: RunJob, err: ApiException) -> str:

@@ -29,7 +29,7 @@ from tests.workspace.runner.test_pod import (
 )
 from workspace.runner import ErrorKind
 from workspace.runner.channel import outcome_line
-from workspace.runner.pod import CREATE_REFUSED, START_SHARE, start_limit
+from workspace.runner.pod import CREATE_FAILED, CREATE_REFUSED, START_SHARE, start_limit
 
 
 class Counted:
@@ -57,12 +57,12 @@ class Counted:
         del seconds
 
 
-def refusing(pods: FakePods, message: str) -> None:
-    """Make ``pods`` refuse every create with 403 and the API server's ``message``."""
+def refusing(pods: FakePods, message: str, status: int = 403, reason: str = "Forbidden") -> None:
+    """Make ``pods`` refuse every create with ``status`` and the API server's ``message``."""
 
     def refuse(namespace: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         del namespace, body, kwargs
-        err = ApiException(status=403, reason="Forbidden")
+        err = ApiException(status=status, reason=reason)
         err.body = json.dumps({"message": message})
         raise err
 
@@ -115,6 +115,21 @@ def test_a_refused_create_says_what_to_change_and_is_counted(message: str, hint:
     assert hint in outcome.message
     assert counted.failed == [CREATE_REFUSED]
     assert counted.created == 0
+
+
+@pytest.mark.parametrize(("status", "counted_as"), [(503, CREATE_FAILED), (429, CREATE_FAILED)])
+def test_a_create_the_api_server_could_not_answer_is_not_counted_as_refused(
+    status: int, counted_as: str
+) -> None:
+    """A 5xx or 429 on create: the run fails (retried), counted CreateFailed, not refused."""
+    pods, counted = FakePods(), Counted()
+    refusing(pods, "the server is currently unable to handle the request", status, "Unavailable")
+    pod_runner = runner(pods)
+    pod_runner._with = dataclasses.replace(pod_runner._with, metrics=counted)  # noqa: SLF001
+    outcome = finished(pod_runner.run(REQUEST, on_progress=lambda _p: None, stop=threading.Event()))
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert f"failed: {status} Unavailable" in outcome.message
+    assert counted.failed == [counted_as]
 
 
 def test_the_start_timeout_is_bounded_by_the_runs_deadline() -> None:
