@@ -37,7 +37,7 @@ Guarantees:
   concluded ``NotStarted`` with the scheduler's reason before the deadline interrupts it.
 * A program that failed because its pod ran past its memory limit (a node that kills only
   the largest process, cgroup v1: the agent still reports) is ``RUNNER_FAILED``
-  ``OOMKilled`` naming the limit, once the container's end says so (``END_LOOK``).
+  ``OOMKilled`` naming the limit, once the container's end says so (``podrun.END_LOOK``).
 * A pod the API server refuses to create (a ResourceQuota, a LimitRange's maximum, Pod
   Security admission, a namespace being deleted) fails the run ``RUNNER_FAILED`` with the
   API server's message and what to change (``refusal``); the pod-failure metric counts it
@@ -97,8 +97,6 @@ GONE_TIMEOUT = 300  # seconds past its grace an earlier run pod may take to be g
 START_SHARE = 0.8  # of a run's deadline, the most its pod may take to start
 CREATE_REFUSED = "CreateRefused"  # the pod-failure metric's reason for a refused create
 CREATE_FAILED = "CreateFailed"  # ... for a create the API server could not answer (5xx, 429)
-END_LOOK = 15.0  # seconds a failed run's pod is watched for its container's end (OOMKilled)
-NOT_PROGRAMS = frozenset({ErrorKind.RUNNER_FAILED, ErrorKind.INTERRUPTED, ErrorKind.CONFLICT})
 """Failures that are not the program's: its pod is not looked at again for an OOM kill."""
 
 
@@ -221,10 +219,10 @@ class PodRunner:
         ``OOMKilled``, naming the limit to raise, with the CLI's message after it.
         """
         result = run.follow(on_progress, stop)
-        if not isinstance(result, Outcome) or result.succeeded or result.error in NOT_PROGRAMS:
+        ended = run.end
+        if not isinstance(result, Outcome) or ended is None:
             return result
-        ended = self._ended(run)
-        if ended is None or podstate.container_reason(ended) != "OOMKilled":
+        if podstate.container_reason(ended) != "OOMKilled":
             return result
         self._with.metrics.pod_failed("OOMKilled")
         text = (
@@ -235,27 +233,6 @@ class PodRunner:
         return dataclasses.replace(
             result, error=ErrorKind.RUNNER_FAILED, message=f"{text}; {result.message}"
         )
-
-    def _ended(self, run: PodRun) -> Pod | None:
-        """The run pod's state once its run container ended (at most ``END_LOOK`` seconds).
-
-        The watch goes on from the last state the run saw, so a pod deleted meanwhile is
-        still read as it was last (the ``DELETED`` event's). None when it did not end.
-        """
-        clock = self._with.clock
-        give_up = clock.now() + END_LOOK
-        with PodChanges(self.api, run.job, run.last, clock) as changes:
-            seen = changes.version
-            while clock.now() < give_up:
-                gone = changes.pod is None  # read first: ``final`` is then at least as new
-                last = changes.final
-                mine = last is not None and podstate.uid(last) == run.uid
-                if mine and last is not None and podstate.container_terminated(last):
-                    return last
-                if gone:
-                    return None
-                seen = changes.wait(seen, give_up)
-        return None
 
     def _follow(self, job: RunJob, pod: Pod, operation: str, *, keep: bool = False) -> PodRun:
         """Follow ``pod``, which must start within the start timeout bounded by the deadline."""

@@ -62,6 +62,9 @@ log = structlog.get_logger(__name__)
 
 STOP_CHECK = 0.2  # seconds between looks at the stop event while nothing else happens
 LOG_RETRY = 1.0  # seconds before a log that the API server or kubelet did not serve is retried
+END_LOOK = 15.0  # seconds a failed run's pod is watched for its container's end (OOMKilled)
+# Failures that are not the program's: no container end to look for.
+NOT_PROGRAMS = frozenset({ErrorKind.RUNNER_FAILED, ErrorKind.INTERRUPTED, ErrorKind.CONFLICT})
 
 
 class PodMetrics(Protocol):
@@ -117,11 +120,14 @@ class PodRun:
         self.started_seen = False
         self.log_retry_at = float("-inf")  # clock time before which the log is not opened
         self.log_failing = False  # the last attempt to read the log failed (logged once)
+        self.changes: PodChanges | None = None  # the pod's watch while ``follow`` runs
+        self.end: Pod | None = None  # a failed program's pod once its container ended
 
     def follow(self, on_progress: ProgressCallback, stop: threading.Event) -> RunResult:
         """Follow the pod until it reports an outcome or ends without one."""
         clock = self._with.clock
         with PodChanges(self._with.api, self.job, self.last, clock) as changes:
+            self.changes = changes
             start_by = clock.now() + self._with.start_timeout
             seen = changes.version
             while True:
@@ -189,7 +195,7 @@ class PodRun:
         if left.is_set():
             return detached(self.operation, self.started)
         if outcome is not None:
-            return self.concluded(outcome)
+            return self.concluded(outcome, stop)
         return self._after_log()
 
     def _log_later(self, err: BaseException) -> RunResult | None:
@@ -222,9 +228,16 @@ class PodRun:
         left: threading.Event,
         reading: threading.Event,
     ) -> None:
-        """While the log is read: detach on shutdown, interrupt on any other stop."""
+        """While the log is read: detach on shutdown, interrupt on any other stop.
+
+        A lost node can leave the stream open and silent: once the pod says its node is
+        lost, the read is ended, and the follow loop concludes the run.
+        """
         while not reading.is_set():
             if not stop.wait(STOP_CHECK):
+                if self._node_lost():
+                    unblock(response)
+                    return
                 continue
             if stop_cause(stop) == "shutdown":
                 left.set()
@@ -263,11 +276,17 @@ class PodRun:
         if at is not None and self.created is not None:
             self._with.metrics.pod_started(max(0.0, (at - self.created).total_seconds()))
 
-    def concluded(self, outcome: Outcome) -> Outcome:
-        """The agent's outcome, checked against this run; the pod is deleted (or kept)."""
+    def concluded(self, outcome: Outcome, stop: threading.Event) -> Outcome:
+        """The agent's outcome, checked against this run; the pod is deleted (or kept).
+
+        Before the pod is released: an interruption not asked for reads the pod's reason,
+        and a failed program's pod is watched for its container's end (``end``: an
+        ``OOMKilled`` there explains the failure).
+        """
         unasked = outcome.error is ErrorKind.INTERRUPTED and not self.interrupted
-        # Read before releasing: deleting the pod can remove it, and the reason with it.
         pod = self._read_or_last() if unasked else None
+        if not outcome.succeeded and outcome.error not in NOT_PROGRAMS:
+            self.end = self._container_end(stop)
         self.release(ended=True)
         if outcome.operation != self.operation:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
@@ -328,6 +347,27 @@ class PodRun:
                 log.info("Keeping the finished run pod (Retain)", pod=self.name)
                 return
         self._with.api.delete(self.job, self.uid)
+
+    def _container_end(self, stop: threading.Event) -> Pod | None:
+        """The pod once its run container ended: at most ``END_LOOK`` s, not past ``stop``."""
+        changes, clock = self.changes, self._with.clock
+        give_up = clock.now() + END_LOOK
+        seen = changes.version if changes is not None else 0
+        while changes is not None and not stop.is_set():
+            pod = changes.pod
+            if pod is None or podstate.uid(pod) != self.uid:
+                return None
+            if podstate.container_terminated(pod):
+                return pod
+            if clock.now() >= give_up:
+                return None
+            seen = changes.wait(seen, min(give_up, clock.now() + STOP_CHECK))
+        return None
+
+    def _node_lost(self) -> bool:
+        """Whether the newest state of the pod says its node is lost."""
+        pod = self.changes.pod if self.changes is not None else None
+        return pod is not None and podnode.node_lost(pod, self._with.clock.wall()) is not None
 
     def _why_interrupted(self, pod: Pod | None) -> tuple[str, str]:
         """Why a pod was stopped: its fresh state's reason, else the last one seen, else Deleted."""

@@ -132,3 +132,39 @@ def test_a_run_whose_node_stays_not_ready_past_the_grace_fails_naming_it() -> No
     assert "team/web-pulumi failed: NodeNotReady: its node" in outcome.message
     assert "the run's outcome is unknown" in outcome.message
     assert pods.deleted == ["web-pulumi"]
+
+
+class SilentLog(Log):
+    """A log stream that stays open and sends nothing until it is shut down (a lost node)."""
+
+    def __init__(self) -> None:
+        """Open, silent."""
+        super().__init__([])
+        self.reading, self.shut = threading.Event(), threading.Event()
+
+    def stream(self, amt: int, *, decode_content: bool) -> Any:
+        """Nothing, until ``shutdown``; then the end of the stream."""
+        del amt, decode_content
+        self.reading.set()
+        self.shut.wait(30)
+        yield from ()
+
+    def shutdown(self) -> None:
+        """Wake the blocked read, as urllib3's ``shutdown`` does."""
+        self.shut.set()
+
+
+def test_a_node_lost_while_its_log_stream_stays_open_and_silent_is_still_concluded() -> None:
+    """The log read blocks; the node is marked not Ready: past the grace the run ends."""
+    pods, clock = FakePods(), FakeClock()
+    silent = SilentLog()
+    pods.read_namespaced_pod_log = lambda *_a, **_k: silent  # type: ignore[method-assign]
+    thread, result = follow(pods, clock)
+    assert silent.reading.wait(10)
+    pods.set_status("web-pulumi", node_lost_status())
+    clock.step(66)
+    thread.join(timeout=20)
+    assert silent.shut.is_set()
+    (outcome,) = result
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert "team/web-pulumi failed: NodeNotReady: its node" in outcome.message
