@@ -4,19 +4,25 @@ What is masked (replaced with ``"[secret]"``):
 
 * **Secret values, whole**: every non-empty ``secret_config`` value, and every ``env``
   value that came from a Secret (``UpdateRequest.secret_env``) or whose name says it is a
-  credential (``*TOKEN*``, ``*PASSWORD*``, ``*PASSPHRASE*``, ``*SECRET*``, ``*_KEY``, …).
+  credential (``*TOKEN*``, ``*PASSWORD*``, ``*PASSPHRASE*``, ``*SECRET*``, ``*_KEY``,
+  ``AUTH`` as a word of the name, …), unless the env value cannot be a secret (a flag, a
+  number, 3 characters or fewer: ``could_be_secret``).
   Each also in the forms it takes in other text: JSON-escaped (multi-line values in JSON
   output) and percent-encoded (in URLs). Longest first, so a secret holding another goes
   whole. A value shorter than ``SHORT`` characters is masked only where it stands alone
   (not inside a longer word or number), so ``"abc"`` does not garble ``"abcdef"``.
 * **The secret lines of a multi-line secret value**: a kubeconfig or a key file as secret
-  config may show up a line at a time. Each line's value that looks like key material (at
-  least ``FRAGMENT`` characters of a base64/hex/token alphabet, not a URL) is masked on its
-  own; the rest of the value (a server URL, a user name, a YAML key) is not a secret by
+  config may show up a line at a time. Masked on its own: a line's value under a key that
+  names a secret (``client-key-data``, ``token``, ``password``, ``client-secret``: at least
+  ``SHORT`` characters), and a bare line (a key file's body) of key material (at least
+  ``FRAGMENT`` characters of a base64/hex/token alphabet, not a URL). The rest of the
+  value (a server URL, user, cluster and context names, a YAML key) is not a secret by
   itself and stays readable wherever else it appears.
-* **Known secret shapes, anywhere**: a URL's userinfo (``https://[secret]@host``), PEM
-  private key blocks, ``Bearer``/``Basic`` credentials, Pulumi and GitHub access tokens,
-  AWS access key ids.
+* **Known secret shapes, anywhere**: a URL's userinfo (``https://[secret]@host``) unless
+  it is a plain user name alone (lower case, no password: ``ssh://git@host`` stays), PEM
+  private key blocks,
+  ``Bearer``/``Basic`` credentials (not an English word after them: "Basic
+  authentication" stays), Pulumi and GitHub access tokens, AWS access key ids.
 
 What is not masked: substrings that merely also occur inside a secret. A plain env value
 (a registry or mirror URL from ``workspaceTemplate``, the pod's ``KUBERNETES_SERVICE_HOST``)
@@ -55,15 +61,32 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         MASK,
     ),
-    (re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@"), rf"\g<scheme>{MASK}@"),
-    (re.compile(r"\b(?P<kind>Bearer|Basic) [A-Za-z0-9._~+/=-]{8,}"), rf"\g<kind> {MASK}"),
+    (
+        re.compile(
+            r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)"
+            r"(?:[^/\s@:]*:[^/\s@]*|(?![a-z][a-z0-9._-]{0,31}@)[^/\s@:]+)@"
+        ),
+        rf"\g<scheme>{MASK}@",
+    ),
+    (
+        re.compile(
+            r"\b(?P<kind>Bearer|Basic) (?![A-Z]?[a-z]+(?![A-Za-z0-9._~+/=-]))[A-Za-z0-9._~+/=-]{8,}"
+        ),
+        rf"\g<kind> {MASK}",
+    ),
     (re.compile(r"\bpul-[0-9a-f]{40}\b"), MASK),
     (re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b"), MASK),
     (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
 )
 
 _KEY_MATERIAL = re.compile(rf"[A-Za-z0-9+/=_.~-]{{{FRAGMENT},}}")
-_LINE_VALUE = re.compile(r"^\s*(?:-\s+)?(?:[\w.-]+\s*[:=]\s*)?[\"']?(?P<value>[^\"'\s]*)[\"']?\s*$")
+_LINE_VALUE = re.compile(
+    r"^\s*(?:-\s+)?(?:(?P<key>[\w.-]+)\s*[:=]\s*)?[\"']?(?P<value>[^\"'\s]*)[\"']?\s*$"
+)
+# Keys of a multi-line secret whose values are secrets (kubeconfig, INI and env files).
+_SECRET_KEY = re.compile(
+    r"data$|token|passw|secret|credential|private|(^|[-_.])(api[-_]?)?key($|[-_.])", re.IGNORECASE
+)
 
 
 class Scrubber:
@@ -108,7 +131,11 @@ def secret_values(
         values |= {v for k, v in env.items() if _may_be_secret(k, v)}
     else:
         from_secrets = set(secret_env)
-        values |= {v for k, v in env.items() if v and (k in from_secrets or is_credential(k))}
+        values |= {
+            v
+            for k, v in env.items()
+            if could_be_secret(v) and (k in from_secrets or is_credential(k))
+        }
     return values | {line for v in values if "\n" in v for line in _key_lines(v)}
 
 
@@ -118,11 +145,14 @@ def is_credential(name: str) -> bool:
 
 
 def _key_lines(value: str) -> Iterable[str]:
-    """The key material of each line of a multi-line value (see the module doc)."""
+    """The secret part of each line of a multi-line value (see the module doc)."""
     for line in value.splitlines():
         found = _LINE_VALUE.match(line)
-        part = found["value"] if found else ""
-        if "://" not in part and _KEY_MATERIAL.fullmatch(part):
+        if found is None or "://" in found["value"]:
+            continue
+        key, part = found["key"], found["value"]
+        bare = key is None and _KEY_MATERIAL.fullmatch(part)
+        if bare or (key is not None and _SECRET_KEY.search(key) and len(part) >= SHORT):
             yield part
 
 

@@ -104,6 +104,11 @@ clusters:
 - cluster:
     server: https://{HOST}:6443
   name: node
+contexts:
+- context:
+    cluster: gke_my-project_us-central1-a_prod
+    user: admin
+  name: gke_my-project_us-central1-a_prod
 users:
 - name: admin
   user:
@@ -180,6 +185,9 @@ def test_a_short_secret_is_masked_only_where_it_stands_alone() -> None:
             "GET http://10.0.0.1:41771/@pulumi%2fpulumi",
         ),
         ("npm ERR! git@github.com:org/repo.git", "npm ERR! git@github.com:org/repo.git"),
+        ("cloning ssh://git@github.com/org/repo", "cloning ssh://git@github.com/org/repo"),
+        ("Basic authentication is not supported", "Basic authentication is not supported"),
+        ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: Basic {MASK}"),
     ],
 )
 def test_known_secret_shapes_are_masked_anywhere(text: str, expected: str) -> None:
@@ -192,3 +200,25 @@ def test_a_percent_encoded_secret_is_masked() -> None:
     scrubber = Scrubber(request(secret_config={"pw": "p@ss/word#1"}))
 
     assert scrubber.scrub("https://h/?pw=p%40ss%2Fword%231") == f"https://h/?pw={MASK}"
+
+
+def test_names_in_a_secret_kubeconfig_stay_readable() -> None:
+    """Cluster, context and user names of a kubeconfig are not key material."""
+    scrubber = Scrubber(pod_request())
+    text = 'context "gke_my-project_us-central1-a_prod" does not exist'
+    assert scrubber.scrub(text) == text
+
+
+def test_a_flag_or_number_from_a_secret_does_not_garble_messages() -> None:
+    """A Secret's env value that cannot be a secret (1, true) is not masked."""
+    scrubber = Scrubber(
+        request(env={"FLAG": "1", "ON": "true"}, secret_env=frozenset({"FLAG", "ON"}))
+    )
+    assert scrubber.scrub("exit code 1, verbose true") == "exit code 1, verbose true"
+
+
+def test_an_output_with_a_plain_ssh_url_is_not_masked() -> None:
+    """A non-secret output holding a user name in a URL is reported as it is."""
+    scrubber = Scrubber(request(secret_env=frozenset()))
+    url = "ssh://git@github.com/org/repo"
+    assert scrubber.output(url, secret=False) == url
