@@ -62,6 +62,7 @@ log = structlog.get_logger(__name__)
 
 STOP_CHECK = 0.2  # seconds between looks at the stop event while nothing else happens
 LOG_RETRY = 1.0  # seconds before a log that the API server or kubelet did not serve is retried
+CATCH_UP = 2.0  # seconds the pod's watch may lag behind a 404 from the API server
 END_LOOK = 15.0  # seconds a failed run's pod is watched for its container's end (OOMKilled)
 # Failures that are not the program's: no container end to look for.
 NOT_PROGRAMS = frozenset({ErrorKind.RUNNER_FAILED, ErrorKind.INTERRUPTED, ErrorKind.CONFLICT})
@@ -301,7 +302,13 @@ class PodRun:
         return outcome
 
     def ended_without_outcome(self, *, gone: bool) -> Outcome:
-        """The pod stopped (or vanished) without reporting an outcome."""
+        """The pod stopped (or vanished) without reporting an outcome.
+
+        A vanished pod is judged on the newest state the watch had of it (its reason, an
+        eviction's condition), if newer than the last the run looked at.
+        """
+        if gone and self.changes is not None:
+            self._last_of(self._caught_up(self.changes))
         reason, message = podstate.terminated_reason(self.last)
         if self.interrupted:  # the operator deleted it: the run was interrupted, as asked
             note = f"interrupted by the operator; the run pod {self.name} ended without an outcome"
@@ -368,6 +375,26 @@ class PodRun:
         """Whether the newest state of the pod says its node is lost."""
         pod = self.changes.pod if self.changes is not None else None
         return pod is not None and podnode.node_lost(pod, self._with.clock.wall()) is not None
+
+    def _caught_up(self, changes: PodChanges) -> Pod | None:
+        """The pod's final state once the watch has seen it go (at most ``CATCH_UP`` s).
+
+        The API server can answer 404 before the watch delivers the deletion, whose state
+        is the newest (an eviction's condition).
+        """
+        clock = self._with.clock
+        until, seen = clock.now() + CATCH_UP, changes.version
+        while changes.pod is not None and clock.now() < until:
+            newer = changes.wait(seen, until)
+            if newer == seen:  # the watch ended, or the time is up
+                break
+            seen = newer
+        return changes.final
+
+    def _last_of(self, final: Pod | None) -> None:
+        """Keep ``final`` as the last state seen when it is this run's pod's."""
+        if final is not None and podstate.uid(final) == self.uid:
+            self.last = final
 
     def _why_interrupted(self, pod: Pod | None) -> tuple[str, str]:
         """Why a pod was stopped: its fresh state's reason, else the last one seen, else Deleted."""

@@ -373,6 +373,23 @@ def test_an_eviction_the_watch_has_not_shown_yet_is_read_before_the_pod_is_delet
     assert pods.deleted == ["web-pulumi"]
 
 
+def test_a_pod_evicted_and_gone_without_an_outcome_is_named_from_its_last_state() -> None:
+    """No outcome; the pod is gone: the reason is read from its final (deleted) state."""
+    pods = FakePods()
+    pods.log = []
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+
+    def evict() -> None:  # the condition reaches the watch only with the deletion
+        pods.pods["web-pulumi"]["status"] = {**pods.status, "conditions": [evicted]}
+        pods.delete_namespaced_pod("web-pulumi", "team", None)
+
+    pods.on_log = evict
+    stopped = threading.Event()
+    outcome = finished(runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=stopped))
+    assert outcome.error is ErrorKind.RUNNER_FAILED
+    assert "team/web-pulumi failed: Evicted: EvictionByEvictionAPI" in outcome.message
+
+
 def test_the_same_run_pod_is_attached_to_not_created_again() -> None:
     """A pod of this Stack, generation, commit and operation exists: it is followed."""
     pods = FakePods()

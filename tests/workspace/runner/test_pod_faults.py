@@ -161,7 +161,7 @@ def test_a_pod_not_started_by_its_share_of_a_short_deadline_fails_not_started() 
 
 
 def program_failure(pods: FakePods, reason: str | None) -> Any:
-    """Run a program that fails; its container then ends for ``reason`` (None: it runs)."""
+    """Run a program that fails; its container then ends for ``reason`` (None: deleted)."""
     failure = dataclasses.replace(
         DONE,
         succeeded=False,
@@ -175,8 +175,10 @@ def program_failure(pods: FakePods, reason: str | None) -> Any:
         statuses = [{"name": "pulumi", "state": ended}]
         pods.set_status("web-pulumi", {"phase": "Running", "containerStatuses": statuses})
 
-    if reason is not None:
-        pods.on_log = end
+    def delete() -> None:
+        pods.delete_namespaced_pod("web-pulumi", "team", None)
+
+    pods.on_log = end if reason is not None else delete
     pod_runner, counted = runner(pods), Counted()
     pod_runner._with = dataclasses.replace(pod_runner._with, metrics=counted)  # noqa: SLF001
     outcome = pod_runner.run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
