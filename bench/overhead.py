@@ -133,6 +133,10 @@ def run(ctx: Context) -> Summary:
                 (sides.operator, sides.cli), "d",
             )  # fmt: skip
         legs = run_legs(debug.log.read_text(errors="replace"), sides.name)
+    missing = [leg for leg, values in legs.items() if not values]
+    if missing:
+        msg = f"the debug operator's log has no {missing} for {sides.name}: did its lines change?"
+        raise RuntimeError(msg)
     return headline.extended(
         debug_cli_up_s=median(sides.samples["cli"]),
         **{f"op_{leg}_s": median(values) for leg, values in legs.items()},

@@ -154,7 +154,9 @@ def test_only_values_from_secrets_are_secret_env() -> None:
     )
     scrubber = Scrubber(request)
     assert scrubber.scrub("GET http://10.0.0.1:41771/x") == "GET http://10.0.0.1:41771/x"
-    assert scrubber.scrub("pw-value aws-secret tok") == "[secret] [secret] [secret]"
+    assert scrubber.scrub("pw-value aws-secret") == "[secret] [secret]"
+    # TOKEN's value here is 3 characters: too short to be a secret, it is left in text.
+    assert scrubber.scrub("a tok b") == "a tok b"
 
 
 def test_without_the_sources_every_env_value_may_be_secret() -> None:
@@ -181,4 +183,4 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
 
     seconds = agent.with_checkout_seconds(ran).seconds
     assert set(seconds) == {"checkout"}
-    assert seconds["checkout"] >= 0
+    assert 0 <= seconds["checkout"] < 60  # the monkeypatched checkout returns at once
