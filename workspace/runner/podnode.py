@@ -14,19 +14,20 @@ gives, and the operator needs no permission on Nodes to read it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from controller.clock import parse_time
-from workspace.runner import podstate
+from controller.retry import TRANSIENT_STATUSES
+from workspace.runner import podspec, podstate
 from workspace.runner.podstate import Pod
+from workspace.runner.types import DEFAULT_INTERRUPT_GRACE
 
 NODE_NOT_READY = "NodeNotReady"  # the reason a run fails with once its node is lost
-DEFAULT_GRACE = 65  # a pod's terminationGracePeriodSeconds when it says none (60 + 5)
+# A pod's terminationGracePeriodSeconds when it says none: what ``podspec`` gives by default.
+DEFAULT_GRACE = int(DEFAULT_INTERRUPT_GRACE) + podspec.GRACE_MARGIN
 
 
 def node_name(pod: Pod) -> str:
@@ -40,21 +41,14 @@ def grace(pod: Pod) -> float:
     return float(found) if isinstance(found, int | float) else float(DEFAULT_GRACE)
 
 
-def _condition(pod: Pod, type_: str) -> Mapping[str, Any]:
-    for condition in podstate.status(pod).get("conditions") or ():
-        if condition.get("type") == type_:
-            found: Mapping[str, Any] = condition
-            return found
-    return {}
-
-
 def node_not_ready_since(pod: Pod) -> datetime | None:
     """When the node controller marked the pod not Ready for its node; None if it has not.
 
     That is: ``Ready`` False while ``ContainersReady`` is True and the run container runs
     (module docstring); the time is the ``Ready`` condition's last transition.
     """
-    ready, containers = _condition(pod, "Ready"), _condition(pod, "ContainersReady")
+    ready = podstate.condition(pod, "Ready") or {}
+    containers = podstate.condition(pod, "ContainersReady") or {}
     if ready.get("status") != "False" or containers.get("status") != "True":
         return None
     if not podstate.container_state(pod).get("running"):
@@ -94,5 +88,5 @@ def unreachable(err: BaseException) -> bool:
     """
     if isinstance(err, ApiException):
         status = err.status or 0
-        return status in {0, 429} or status >= 500
+        return status == 0 or status in TRANSIENT_STATUSES or status >= 500
     return isinstance(err, HTTPError | OSError)

@@ -40,6 +40,7 @@ CONTAINER = "pulumi"
 CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
 WORKSPACE = "/workspace"
 UID = 65532
+GRACE_MARGIN = 5  # seconds a pod's grace exceeds the CLI's interrupt grace (the agent's exit)
 MANAGED_BY = "pulumi-stack-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -161,7 +162,7 @@ def _pod_spec(
         "serviceAccountName": job.service_account,
         "restartPolicy": "Never",
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": int(grace) + 5,
+        "terminationGracePeriodSeconds": int(grace) + GRACE_MARGIN,
         # The operator interrupts the run at its deadline; this only catches a run whose
         # operator is gone and a pod that ignores SIGTERM.
         "activeDeadlineSeconds": int(job.timeout + grace) + 60,

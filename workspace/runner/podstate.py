@@ -174,14 +174,14 @@ def cannot_start(pod: Pod) -> tuple[str, str] | None:
 
 def pending_reason(pod: Pod) -> str:
     """Why the pod's container has not started: unscheduled (why, and what to check), or not yet."""
-    scheduled = _condition(pod, "PodScheduled")
+    scheduled = condition(pod, "PodScheduled")
     if scheduled is not None and scheduled.get("status") != "True":
         why = f"{scheduled.get('reason')}: {scheduled.get('message')}"
         return f"not scheduled: {why}; {SCHEDULING_HINT}"
     return "its container did not start in time"
 
 
-def _condition(pod: Pod, type_: str) -> Mapping[str, Any] | None:
+def condition(pod: Pod, type_: str) -> Mapping[str, Any] | None:
     """The pod's condition ``type_``, or None."""
     for condition in status(pod).get("conditions") or ():
         if condition.get("type") == type_:
@@ -196,7 +196,7 @@ def disruption(pod: Pod) -> tuple[str, str] | None:
     Set by the API server (an eviction), the scheduler (a preemption) or the kubelet
     before they end the pod; None when it has none.
     """
-    target = _condition(pod, "DisruptionTarget")
+    target = condition(pod, "DisruptionTarget")
     if target is None or target.get("status") != "True":
         return None
     raw = str(target.get("reason") or "")
