@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from controller.clock import FAKE_EPOCH, FakeClock
-from tests.workspace.runner.test_pod import DONE, REQUEST, FakePods, Log, runner, running
+from tests.workspace.runner.test_pod import DONE, FakePods, Log, running
+from tests.workspace.runner.test_pod import start as follow
 from workspace.runner import ErrorKind
 from workspace.runner.channel import outcome_line
 from workspace.runner.podnode import grace, node_lost, node_not_ready_since, unreachable
@@ -74,19 +75,6 @@ def test_errors_for_a_while_are_told_from_refusals() -> None:
     assert not unreachable(ApiException(status=403))
     assert not unreachable(ApiException(status=422))
     assert not unreachable(ValueError())
-
-
-def follow(pods: FakePods, clock: FakeClock) -> tuple[threading.Thread, list[Any]]:
-    """``REQUEST`` run on ``pods`` in a thread; its result lands in the list."""
-    result: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: result.append(
-            runner(pods, clock).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
-        ),
-        daemon=True,
-    )
-    thread.start()
-    return thread, result
 
 
 def test_a_log_the_kubelet_cannot_serve_for_a_while_is_read_again_on_the_clock() -> None:
