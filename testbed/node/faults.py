@@ -1,10 +1,11 @@
 """Faults of a running ``NodeCluster`` for tests: one node daemon, or the kube-apiserver, down.
 
-``NodeFaults(cluster)`` stops, kills and starts one component of the node (``containerd``,
-``kubelet``, ``kube-proxy``) while the others go on, through the supervisor's control
-directory (``testbed/node/supervisor.py``): a component stopped on request is not a
-failure of the node. Stopping kubelet or containerd leaves the containers running (their
-shims are processes of their own), as ``systemctl restart`` on a real node does.
+``NodeFaults(cluster, node=1)`` stops, kills and starts one component of node ``node``
+(``containerd``, ``kubelet``, ``kube-proxy``) while the others go on, through that node's
+supervisor's control directory (``testbed/node/supervisor.py``): a component stopped on
+request is not a failure of the node. Stopping kubelet or containerd leaves the containers
+running (their shims are processes of their own), as ``systemctl restart`` on a real node
+does.
 
 Guarantees:
 
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 
 from testbed.node.cluster import NodeCluster
+from testbed.node.member import NodeMember
 from testbed.waits import wait_for
 
 COMPONENTS = ("containerd", "kubelet", "kube-proxy")
@@ -39,10 +41,11 @@ TIMEOUT = 120.0  # seconds a component may take to stop (its stop_timeout: 10) o
 class NodeFaults:
     """Stop and start the node's daemons and the kube-apiserver (module docstring)."""
 
-    def __init__(self, cluster: NodeCluster) -> None:
-        """Inject faults into ``cluster``, which runs."""
+    def __init__(self, cluster: NodeCluster, node: int = 1) -> None:
+        """Inject faults into node ``node`` (1, 2, ...) of ``cluster``, which runs."""
         self.cluster = cluster
-        self.control = cluster.layout.path("control")
+        self.member: NodeMember = cluster.members[node - 1]
+        self.control = self.member.layout.path("control")
         self.control.mkdir(exist_ok=True)
 
     def stop(self, name: str, *, timeout: float = TIMEOUT) -> None:
@@ -97,7 +100,7 @@ class NodeFaults:
     def node_ready(self, *, since: datetime | None = None) -> bool:
         """Whether the Node is Ready (with a heartbeat at or after ``since``, if given)."""
         with self.cluster.api_client() as api:
-            node = client.CoreV1Api(api).read_node(self.cluster.node_name)
+            node = client.CoreV1Api(api).read_node(self.member.name)
         for condition in (node.status.conditions if node.status else None) or []:
             if condition.type == "Ready" and condition.status == "True":
                 beat = condition.last_heartbeat_time
@@ -126,18 +129,18 @@ class NodeFaults:
 
     def _healthy(self, name: str, since: datetime) -> bool:
         if name == "containerd":
-            socket = str(self.cluster.layout.containerd_socket)
+            socket = str(self.member.layout.containerd_socket)
             argv = ["ctr", "--address", socket, "version"]
             return (
                 subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
             )
         if name == "kubelet":
             return self.node_ready(since=since)
-        url = f"http://{self.cluster.node_ip}:10256/healthz"
+        url = f"http://{self.member.node_ip}:10256/healthz"
         with urllib.request.urlopen(url, timeout=2) as response:
             return int(response.status) == 200
 
     def _supervisor_log(self) -> str:
-        log = self.cluster.logs / "node-supervisor.log"
+        log = self.member.supervisor_log
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         return "\n".join(lines[-15:])

@@ -9,7 +9,10 @@ Each run takes a free slot ``n`` (under a host-wide lock) and uses:
   through the node end, so the host reaches Pod IPs and ClusterIPs directly.
 
 Names carry the run id (``pso-<id>`` netns, ``pso<id>h`` host link), so parallel sessions
-never collide. ``delete()`` removes the namespace (which takes the veth pair and its
+never collide. A cluster's further nodes (``index`` 2, 3, ...) each take a slot of their own
+and add the index to the names (``pso-<id>-2``, ``pso<id>2h``); only the first node's slot
+routes its Service range (the cluster's), through that node's kube-proxy; the others' Service
+ranges stay unused. ``delete()`` removes the namespace (which takes the veth pair and its
 routes with it) and anything that might have survived; ``leftovers()`` lists what is
 still there.
 """
@@ -34,11 +37,12 @@ class NodeNetwork:
 
     run_id: str
     slot: int
+    index: int = 1  # the node's number in its cluster: 1 keeps the single node's names
 
     @property
     def netns(self) -> str:
         """The network namespace's name (``ip netns``)."""
-        return f"pso-{self.run_id}"
+        return f"pso-{self.run_id}" + (f"-{self.index}" if self.index > 1 else "")
 
     @property
     def netns_path(self) -> Path:
@@ -48,7 +52,11 @@ class NodeNetwork:
     @property
     def host_link(self) -> str:
         """The host end of the veth pair."""
-        return f"pso{self.run_id}h"
+        return f"pso{self.run_id}{self._link_index}h"
+
+    @property
+    def _link_index(self) -> str:
+        return str(self.index) if self.index > 1 else ""
 
     @property
     def host_ip(self) -> str:
@@ -67,12 +75,19 @@ class NodeNetwork:
 
     @property
     def service_cidr(self) -> str:
-        """The Service ClusterIP range."""
+        """The slot's Service ClusterIP range (the cluster's, when ``index`` is 1)."""
         return f"10.215.{self.slot}.0/24"
 
+    @property
+    def routed(self) -> tuple[str, ...]:
+        """The ranges the host routes through the node end: Pods, and Services on node 1."""
+        if self.index > 1:
+            return (self.pod_cidr,)
+        return (self.pod_cidr, self.service_cidr)
+
     @classmethod
-    def create(cls, run_id: str) -> NodeNetwork:
-        """Take a free slot and set up the namespace, veth pair and routes.
+    def create(cls, run_id: str, index: int = 1) -> NodeNetwork:
+        """Take a free slot and set up the namespace, veth pair and routes of node ``index``.
 
         Raises:
             RuntimeError: every slot is taken.
@@ -81,7 +96,7 @@ class NodeNetwork:
         with _host_lock():
             taken = _routed_networks()
             for slot in range(_SLOTS):
-                network = cls(run_id, slot)
+                network = cls(run_id, slot, index)
                 if not any(
                     net.overlaps(taken_net) for net in network._nets() for taken_net in taken
                 ):
@@ -100,8 +115,8 @@ class NodeNetwork:
         """Remove the namespace, the veth pair and the routes; safe to call twice."""
         _ip("netns", "delete", self.netns, check=False)
         _ip("link", "delete", self.host_link, check=False)
-        for cidr in (self.pod_cidr, self.service_cidr):
-            _ip("route", "delete", cidr, check=False)
+        for cidr in self.routed:
+            _ip("route", "delete", cidr, "dev", self.host_link, check=False)
 
     def leftovers(self) -> list[str]:
         """What of this network is still on the host (empty after ``delete()``)."""
@@ -114,7 +129,7 @@ class NodeNetwork:
         found += [
             f"route {line}"
             for line in routes.splitlines()
-            if any(c.split("/", 1)[0] in line for c in (self.pod_cidr, self.service_cidr))
+            if any(c.split("/", 1)[0] in line for c in self.routed)
         ]
         return found
 
@@ -123,7 +138,7 @@ class NodeNetwork:
         return [ipaddress.IPv4Network(c) for c in cidrs]
 
     def _set_up(self) -> None:
-        ns, node_link = self.netns, f"pso{self.run_id}n"
+        ns, node_link = self.netns, f"pso{self.run_id}{self._link_index}n"
         _ip("netns", "add", ns)
         _ip("link", "add", self.host_link, "type", "veth", "peer", "name", node_link, "netns", ns)
         _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_link)
@@ -138,7 +153,7 @@ class NodeNetwork:
             check=True,
             capture_output=True,
         )
-        for cidr in (self.pod_cidr, self.service_cidr):
+        for cidr in self.routed:
             _ip("route", "add", cidr, "via", self.node_ip, "dev", self.host_link)
 
 

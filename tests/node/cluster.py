@@ -16,6 +16,7 @@ once, and ``node_git``, a git server that both this machine and the pods reach; 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Generator, Iterator
@@ -44,6 +45,16 @@ def node_binaries_or_skip() -> NodeBinaries:
         return NodeBinaries.find(build=False)
     except AssetError as err:
         pytest.skip(f"node binaries not built ({err}); run hack/install-node")
+
+
+@contextlib.contextmanager
+def logs_reported(cluster: NodeCluster) -> Iterator[NodeCluster]:
+    """Inside, a failed test's report gets the tail of ``cluster``'s logs too."""
+    _clusters.append(cluster)
+    try:
+        yield cluster
+    finally:
+        _clusters.remove(cluster)
 
 
 @pytest.hookimpl(wrapper=True)
