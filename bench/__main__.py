@@ -2,7 +2,8 @@
 
 Starts the test bed once, runs the selected benchmarks in a fixed order (first those with
 namespaces of their own: overhead, programs (whose operator also has a work dir of its own,
-so its caches start cold) and parallel; then the shared fleet of idle Stacks only grows:
+so its caches start cold) and parallel; then pods, on a node cluster of its own (a real
+kubelet runs each operation in a pod); then the shared fleet of idle Stacks only grows:
 latency 1 → 100 → 1,000, then latency under saturation, start-up and idle at 1,000, then
 memory up to 10,000, then the Pulumi operator v1.16 side by side on control planes of their
 own), prints each summary line on stdout as soon as it is known, and progress on stderr. At
@@ -35,6 +36,7 @@ from bench import (
     overhead,
     parallel,
     peer,
+    pods,
     programs,
     readme,
     saturation,
@@ -50,6 +52,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "overhead": overhead.run,
     "programs": programs.run,
     "parallel": parallel.run,
+    "pods": pods.run,
     "latency": latency.run,
     "saturation": saturation.run,
     "startup": startup.run,

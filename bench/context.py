@@ -24,6 +24,8 @@ class Scale:
     parallel_delay: float = 5.0  # seconds each of their programs takes (config "delay")
     parallel_workers: tuple[int, ...] = (1, 2, 4, 8)
     memory_factors: tuple[int, ...] = (5, 10)  # memory also at these multiples of ``stacks``
+    pod_stacks: int = 20  # the pods benchmark's fleet under the pod runner
+    pod_namespaces: int = 4  # ... spread over this many namespaces
 
     @classmethod
     def quick(cls) -> Scale:
@@ -38,6 +40,8 @@ class Scale:
             parallel_delay=2.0,
             parallel_workers=(1, 2),
             memory_factors=(2,),
+            pod_stacks=4,
+            pod_namespaces=2,
         )
 
     def latency_sizes(self) -> list[int]:

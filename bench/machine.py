@@ -66,12 +66,13 @@ class CpuTimes:
         return (self.busy - earlier.busy) / total if total else 0.0
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid`` and of the children it has reaped."""
+def process_cpu_seconds(pid: int, *, children: bool = True) -> float:
+    """CPU seconds of ``pid`` and of the children it has reaped (``children=False``: not)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces
     utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
-    return (utime + stime + cutime + cstime) / _TICK
+    reaped = cutime + cstime if children else 0
+    return (utime + stime + reaped) / _TICK
 
 
 def memory_kib(pid: int) -> dict[str, int]:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,17 +41,25 @@ class Operator(testbed.Operator, Running):
     """One operator process on the test bed; a context manager that stops it on exit."""
 
     def __init__(
-        self, bed: TestBed, namespace: str, *flags: str, work_dir: Path | None = None
+        self,
+        bed: TestBed,
+        namespace: str,
+        *flags: str,
+        work_dir: Path | None = None,
+        kubeconfig: Path | None = None,
+        also_watch: Sequence[str] = (),
     ) -> None:
         """Prepare (not start) an operator watching ``namespace`` with extra ``flags``.
 
         ``work_dir`` is its ``--work-dir`` (checkouts, Stacks' homes, the plugin store and
         the dependency cache); by default the one every benchmark's operator shares.
+        ``kubeconfig`` is the cluster and user it runs as (default: the test bed's admin);
+        ``also_watch`` are more namespaces it watches.
         """
         super().__init__(
-            bed.control_plane.kubeconfig,
+            kubeconfig or bed.control_plane.kubeconfig,
             bed.root / "logs" / f"operator-{namespace}-{time.monotonic_ns()}.log",
-            namespaces=[namespace],
+            namespaces=[namespace, *also_watch],
             work_dir=work_dir or bed.root / "work",
             flags=["--shutdown-timeout=10", *flags],
             pulumi_bin=bed.pulumi_bin,
@@ -153,8 +161,11 @@ class Operator(testbed.Operator, Running):
         found = machine.memory_kib(self._running_pid())
         return found["VmRSS"] / 1024, found["VmHWM"] / 1024
 
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the operator and the children it reaped (0 once it has exited)."""
+    def cpu_seconds(self, *, children: bool = True) -> float:
+        """CPU seconds of the operator and the children it reaped (0 once it has exited).
+
+        ``children=False``: of the operator process alone.
+        """
         with contextlib.suppress(OSError, OperatorError):
-            return machine.process_cpu_seconds(self._running_pid())
+            return machine.process_cpu_seconds(self._running_pid(), children=children)
         return 0.0

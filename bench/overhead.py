@@ -38,7 +38,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,17 +97,19 @@ Side = Callable[[str], None]
 
 
 def alternate(
-    progress: Callable[[str], None], what: str, runs: int, sides: tuple[Side, Side], prefix: str
+    progress: Callable[[str], None], what: str, runs: int, sides: Sequence[Side], prefix: str
 ) -> None:
-    """``runs`` rounds of both ``sides``, the first going first in odd rounds.
+    """``runs`` rounds of all ``sides``, each round's order rotated by one from the last.
 
-    Each side gets the round's value ``<prefix><round>``; swapping the order makes a drift
-    in the machine's load fall on both sides alike. ``progress`` hears of each round, in a
-    line starting with ``what``.
+    Round 1 runs ``sides`` in order, round 2 starts with the second side, and so on (two
+    sides: the first goes first in odd rounds). Each side gets the round's value
+    ``<prefix><round>``; rotating the order makes a drift in the machine's load fall on
+    every side alike. ``progress`` hears of each round, in a line starting with ``what``.
     """
     for index in range(1, runs + 1):
         progress(f"{what} run {index} of {runs}")
-        for side in sides if index % 2 else reversed(sides):
+        turn = (index - 1) % len(sides)
+        for side in [*sides[turn:], *sides[:turn]]:
             side(f"{prefix}{index}")
 
 

@@ -249,6 +249,47 @@ def _startup(s: Summary) -> Row:
     return ("start-up", what, result, "—")
 
 
+def _pods(s: Summary) -> Row:
+    workers = _n(s.get("workers"))
+    what = (
+        f"the cached TypeScript program, one run: pod runner vs local runner vs bare "
+        f"`pulumi up` (medians of {_n(s.get('runs'))} interleaved runs each); where a pod "
+        f"run's time goes (means of as many runs at debug level); a fleet of {_n(s.get('stacks'))} "
+        f"Stacks in {_n(s.get('namespaces'))} namespaces, `--workers={workers}`"
+    )
+    legs = ", ".join(
+        f"{label} {_sig(s.get(f'split_{leg}_s'))} s"
+        for leg, label in (
+            ("schedule", "schedule"),
+            ("start", "pod start"),
+            ("checkout", "checkout"),
+            ("install", "install"),
+            ("cli", "CLI"),
+            ("other", "other"),
+        )
+    )
+    result = (
+        f"pod runner {_sig(s.get('cost_pod_e2e_s'))} s, local runner "
+        f"{_sig(s.get('cost_local_e2e_s'))} s, bare `pulumi up` {_sig(s.get('cost_cli_up_s'))} s "
+        f"→ **pod {s.get('cost_pod_ratio'):.2f}{TIMES}**, local "
+        f"{s.get('cost_local_ratio'):.2f}{TIMES}; a pod run ({_sig(s.get('split_e2e_s'))} s): "
+        f"{legs}; or: before the agent {_sig(s.get('split_before_agent_s'))} s, the agent "
+        f"{_sig(s.get('split_agent_s'))} s, after its outcome "
+        f"{_sig(s.get('split_after_agent_s'))} s; spec change → run pod running "
+        f"{_sig(s.get('spec_to_running_p50_s'))} / "
+        f"{_sig(s.get('spec_to_running_p99_s'))} s (p50 / p99); all at once: "
+        f"{_sig(s.get('pods_per_min'))} run pods/min, at most "
+        f"{_n(s.get('max_concurrent_pods'))} running at once "
+        f"({_n(s.get('max_existing_pods'))} with those being deleted), "
+        f"{_n(s.get('idle_pods'))} left once all were Ready; per run "
+        f"{_sig(s.get('api_per_run'))} API requests ({_sig(s.get('api_get_per_run'))} GET), "
+        f"{_sig(s.get('cpu_per_run_s'))} s operator CPU"
+    )
+    bounded = s.get("max_concurrent_pods") <= s.get("workers") and s.get("idle_pods") == 0
+    target = f"≤ {workers} run pods at once, none left idle: {_met(bounded)}"
+    return ("pod runner", what, result, target)
+
+
 ROWS: dict[str, Callable[[Summary], Row]] = {
     "latency": _latency,
     "saturation": _saturation,
@@ -257,6 +298,7 @@ ROWS: dict[str, Callable[[Summary], Row]] = {
     "programs": _programs,
     "memory": _memory,
     "parallel": _parallel,
+    "pods": _pods,
     "startup": _startup,
 }
 
@@ -348,6 +390,37 @@ _PARALLEL_NOTE = (
     '"busy" is the whole machine, other users included. Throughput stops growing once '
     "workers times CPU per update, divided by (sleep + CPU per update), reaches the number "
     "of cores."
+)
+_PODS_NOTE = (
+    "- *Pod runner* (`bench/pods/`): a node cluster of the benchmark's own (control plane, "
+    "scheduler, controller-manager, a kubelet and containerd in a network namespace, the "
+    "operator's image imported), operators as processes on this machine against it, with "
+    "their defaults. Cost: the programs row's `node-outputs` as a Stack under "
+    "`--runner=pod` (its namespace's state and dependency cache claims mounted into the run "
+    "pods), as a Stack under the local runner, and as a bare `pulumi up`, after an untimed "
+    "first run each, in interleaved rounds whose order rotates; a Stack's time runs from "
+    "just before its PATCH until the bench's watch sees `Ready=True` for the new "
+    "generation. Split: the pod Stack's runs again under an operator at "
+    "`--log-level=debug`, each run pod kept (`workspaceReclaimPolicy: Retain`) until the "
+    "bench has read it and its log, then deleted before the next run: schedule (pod "
+    "created → `PodScheduled`) and pod start (→ the checkout init container running: "
+    "sandbox, image, volumes) come from the pod's own object, whose times are whole "
+    "seconds; checkout, install and CLI are the "
+    "agent's own measurements (`in_runner_*_s` of the `Run timed` line); other is the rest "
+    "of that run's PATCH → Ready (operator, container starts, the agent's own start-up, "
+    "the pod's end). The same run cut at the agent's first log line and its outcome line "
+    "(the kubelet's timestamps, sub-second): before the agent (the operator, the pod's "
+    "start, the checkout container, the agent's start-up), the agent, and after its "
+    "outcome (the container's end, the operator's conclusion, the status write). Each leg "
+    "is a mean over the runs: a leg between whole-second times is off by the runs' "
+    "sub-second phases, which the mean evens out, and the means add up to the mean PATCH → "
+    "Ready. Fleet: one spec change "
+    "at a time, timed until the bench's pod watch sees the run's container started; then "
+    "every Stack changed at once: run pods created (`pulumi_stack_run_pods_created`) per "
+    "minute of the makespan (first PATCH → last Ready), the most run pods at once not being "
+    "deleted on the pod watch (at most `--workers`) and those left once all were Ready, and "
+    "per run the operator's `rest_client_requests_total` and its own CPU time "
+    "(`/proc/<pid>/stat` utime + stime, children not counted)."
 )
 _MEMORY_NOTE = (
     "- *Memory* is the operator process alone (`/proc/<pid>/status`); Pulumi runs in child "
@@ -469,6 +542,7 @@ def _notes(results: Mapping[str, Summary]) -> list[str]:
         _OVERHEAD_NOTE,
         _PROGRAMS_NOTE,
         _PARALLEL_NOTE,
+        _PODS_NOTE,
         _MEMORY_NOTE,
         _PEER_NOTE,
     ]

@@ -62,10 +62,7 @@ class TestBed:
 
         Returns the repository's clone URL and the commit.
         """
-        url = self.git.create_repo(repo)
-        checkout = Checkout(url, self.root / "checkouts" / repo)
-        sources = {f"app/{p.name}": p.read_text() for p in program.iterdir() if p.is_file()}
-        return url, checkout.commit(sources, f"the {program.name} program")
+        return push_program(self.git, self.root / "checkouts", program, repo)
 
     def stop(self) -> None:
         """Stop the git server and the control plane."""
@@ -99,14 +96,30 @@ def admin_client(kubeconfig: Path) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def push_program(git: GitServer, checkouts: Path, program: Path, repo: str) -> tuple[str, str]:
+    """Push ``program``'s files (under ``app/``) as one commit to a new repository ``repo``.
+
+    The work tree is ``checkouts/<repo>``. Returns the repository's clone URL and the commit.
+    """
+    url = git.create_repo(repo)
+    checkout = Checkout(url, checkouts / repo)
+    sources = {f"app/{p.name}": p.read_text() for p in program.iterdir() if p.is_file()}
+    return url, checkout.commit(sources, f"the {program.name} program")
+
+
 def passphrase_namespace(api: client.ApiClient, prefix: str) -> str:
     """A fresh namespace ``<prefix>-<random>`` holding the passphrase Secret; its name."""
     name = f"{prefix}-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    passphrase_secret(api, name)
+    return name
+
+
+def passphrase_secret(api: client.ApiClient, namespace: str) -> None:
+    """Create the passphrase Secret the Stacks' ``envRefs`` point at in ``namespace``."""
     data: dict[str, bytes | str] = {
         "passphrase": base64.b64encode(TEST_PASSPHRASE.encode()).decode()
     }
     secret = client.V1Secret(metadata=client.V1ObjectMeta(name=PASSPHRASE_SECRET), data=data)
-    core.create_namespaced_secret(name, secret)
-    return name
+    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)

@@ -1,12 +1,13 @@
 """A watch on one namespace's Stacks that timestamps every version as it arrives.
 
-``StackWatch`` (started by ``with``) lists the namespace, then a thread watches from the
-list's resourceVersion (the operator's own ``CustomObjectsListWatcher``, renewed from the
-last resourceVersion when the server ends it) and records ``Seen(arrived, type, object)``
-with ``time.monotonic()`` taken as soon as the event is decoded. ``wait_for`` blocks until
-a recorded version matches a predicate; ``modified`` counts writes in a time window. An
-error ends the watch, and every later call raises it, so a benchmark never waits on a dead
-stream.
+``StackWatch`` (started by ``with``) lists the namespace (every namespace for None), then a
+thread watches from the list's resourceVersion (the operator's own
+``CustomObjectsListWatcher``, renewed from the last resourceVersion when the server ends
+it) and records ``Seen(arrived, type, object)`` with ``time.monotonic()`` taken as soon as
+the event is decoded; ``ObjectWatch`` does the same for any list-watcher (run pods, say).
+``wait_for`` blocks until a recorded version matches a predicate; ``modified`` counts
+writes in a time window. An error ends the watch, and every later call raises it, so a
+benchmark never waits on a dead stream.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from kubernetes import client
 
 from bench.running import Running
-from controller.informer import CustomObjectsListWatcher
+from controller.informer import CustomObjectsListWatcher, ListWatcher
 from status.conditions import get_condition
 
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
@@ -37,7 +38,7 @@ class Seen:
 
     @property
     def name(self) -> str:
-        """The Stack's name."""
+        """The object's name."""
         return str(self.obj["metadata"]["name"])
 
 
@@ -48,12 +49,12 @@ class WatchError(RuntimeError):
     """The watch failed, or nothing matched in time."""
 
 
-class StackWatch(Running):
-    """Records every Stack version in a namespace; see the module docstring."""
+class ObjectWatch(Running):
+    """Records every version of the objects of a list-watcher; see the module docstring."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        """Prepare (not start) a watch on ``namespace``."""
-        self._lw = CustomObjectsListWatcher(api, GROUP, VERSION, PLURAL, namespace)
+    def __init__(self, lw: ListWatcher, kind: str) -> None:
+        """Prepare (not start) a watch through ``lw`` of objects of ``kind`` (for messages)."""
+        self._lw, self._kind = lw, kind
         self._seen: list[Seen] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -109,19 +110,32 @@ class StackWatch(Running):
                     raise WatchError(msg) from self._error
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    msg = f"no matching Stack version within {timeout:.0f}s"
+                    msg = f"no matching {self._kind} version within {timeout:.0f}s"
                     raise WatchError(msg)
                 self._cond.wait(left)
 
     def versions(self, name: str, start: float, end: float) -> list[Seen]:
-        """The versions of Stack ``name`` that arrived between ``start`` and ``end``."""
+        """The versions of object ``name`` that arrived between ``start`` and ``end``."""
         with self._cond:
             return [s for s in self._seen if s.name == name and start <= s.arrived < end]
+
+    def seen(self) -> list[Seen]:
+        """Every version recorded so far, in order of arrival."""
+        with self._cond:
+            return list(self._seen)
 
     def modified(self, start: float, end: float) -> int:
         """Versions (writes of any kind) that arrived between ``start`` and ``end``."""
         with self._cond:
             return sum(1 for s in self._seen if start <= s.arrived < end)
+
+
+class StackWatch(ObjectWatch):
+    """Records every Stack version in a namespace (None: all); see the module docstring."""
+
+    def __init__(self, api: client.ApiClient, namespace: str | None) -> None:
+        """Prepare (not start) a watch on ``namespace``."""
+        super().__init__(CustomObjectsListWatcher(api, GROUP, VERSION, PLURAL, namespace), "Stack")
 
 
 def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

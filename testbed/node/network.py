@@ -119,7 +119,12 @@ class NodeNetwork:
             _ip("route", "delete", cidr, "dev", self.host_link, check=False)
 
     def leftovers(self) -> list[str]:
-        """What of this network is still on the host (empty after ``delete()``)."""
+        """What of this network is still on the host (empty after ``delete()``).
+
+        A route counts when it leads to this network's Pod or Service range through its own
+        link: another node, started as soon as this one freed its slot, has routes to the
+        same ranges through a link of its own.
+        """
         found: list[str] = []
         if self.netns_path.exists() or self.netns in _ip("netns", "list").split():
             found.append(f"network namespace {self.netns}")
@@ -130,6 +135,7 @@ class NodeNetwork:
             f"route {line}"
             for line in routes.splitlines()
             if any(c.split("/", 1)[0] in line for c in self.routed)
+            and f" dev {self.host_link} " in f" {line} "
         ]
         return found
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.overhead import run_legs
+from bench.overhead import Side, alternate, run_legs
 from bench.readme import _overhead
 from bench.stats import Summary
 
@@ -36,3 +36,17 @@ def test_the_row_carries_the_breakdown_when_measured() -> None:
                          op_announce_s=0.01, op_checkout_s=0.1, op_conclude_s=0.02)  # fmt: skip
     assert "breakdown" not in _overhead(head)[2]
     assert "own `pulumi up` 2.2 s vs bare 1.9 s (1.16" in _overhead(full)[2]
+
+
+def test_each_round_rotates_which_side_goes_first() -> None:
+    """Two sides swap every round; three take turns going first."""
+    calls: list[str] = []
+
+    def side(label: str) -> Side:
+        return lambda value: calls.append(f"{label}{value}")
+
+    alternate(lambda _: None, "x", 2, (side("a"), side("b")), "")
+    assert calls == ["a1", "b1", "b2", "a2"]
+    calls.clear()
+    alternate(lambda _: None, "x", 3, (side("a"), side("b"), side("c")), "")
+    assert calls == ["a1", "b1", "c1", "b2", "c2", "a2", "c3", "a3", "b3"]

@@ -23,25 +23,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
-from testbed.control_plane import ControlPlane, wait_established
+from testbed.control_plane import ControlPlane
 from testbed.git_server import GitServer
 from testbed.node import NodeCluster, deployment
 from testbed.node.deployment import UID
-from testbed.waits import wait_for
+from testbed.node.tenancy import state_namespace
 
 RUNNERS = ("local", pytest.param("pod", marks=[pytest.mark.node, pytest.mark.image]))
 POD_STATE = Path("/e2e-state")  # where run pods mount the test's state directory
 CLAIM = "e2e-state"
-SERVICE_ACCOUNT_TIMEOUT = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +83,7 @@ def pod_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
     image: str = request.getfixturevalue("image_ref")
     request.getfixturevalue("node_stack_crd")
     deployment.state_directory(state)
-    with state_namespace(cluster, state) as namespace:
+    with state_namespace(cluster, state, CLAIM) as namespace:
         yield Bed(
             runner="pod",
             control_plane=cluster.control_plane,
@@ -99,53 +95,3 @@ def pod_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
             workspace=deployment.state_workspace(CLAIM, str(POD_STATE)),
             owner=UID,
         )
-
-
-@contextlib.contextmanager
-def state_namespace(cluster: NodeCluster, state: Path) -> Iterator[str]:
-    """A fresh namespace with the claim ``CLAIM`` on ``state`` and its default SA.
-
-    Pods of a namespace can only be created once its ``default`` ServiceAccount exists
-    (kube-controller-manager makes it), so this returns only then. The namespace and the
-    volume are deleted afterwards, without waiting.
-    """
-    namespace = f"e2e-{secrets.token_hex(4)}"
-    volume = f"e2e-state-{namespace}"
-    manifest = state.parent / f"{namespace}-state.yaml"
-    objects = deployment.state_volume(state, namespace, CLAIM, volume)
-    manifest.write_text(yaml.safe_dump_all([_namespace(namespace), *objects]))
-    cluster.kubectl("apply", "-f", str(manifest))
-    try:
-        with cluster.api_client() as api:
-            core = client.CoreV1Api(api)
-            wait_for(
-                lambda: _has_service_account(core, namespace),
-                f"the default ServiceAccount of {namespace}",
-                SERVICE_ACCOUNT_TIMEOUT,
-            )
-        yield namespace
-    finally:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-        cluster.kubectl("delete", "pv", volume, "--wait=false")
-
-
-def apply_stack_crd(cluster: NodeCluster, crd: Path) -> None:
-    """Apply the Stack CRD and the Program CRD beside it on the node; wait until Established."""
-    for path in (crd, crd.with_name("programs.pulumi.com.yaml")):
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    wait_established(cluster.kubectl, "stacks.pulumi.com")
-    wait_established(cluster.kubectl, "programs.pulumi.com")
-
-
-def _namespace(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def _has_service_account(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.read_namespaced_service_account("default", namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True

@@ -35,6 +35,7 @@ from testbed.assets import find_pulumi
 from testbed.git_http import GitHttpServer
 from testbed.git_server import Checkout, GitServer
 from testbed.node import NodeCluster
+from testbed.node.tenancy import apply_stack_crd
 from testbed.operator import Operator as Operator  # noqa: PLC0414 - re-exported for the tests
 from testbed.rbac import operator_kubeconfig
 from testbed.waits import wait_for
@@ -45,7 +46,7 @@ from tests.e2e.agreement import (
     assert_warnings_match_conditions,
     forbidden,
 )
-from tests.e2e.beds import Bed, apply_stack_crd, local_bed, pod_bed
+from tests.e2e.beds import Bed, local_bed, pod_bed
 from tests.e2e.waits import locks
 from tests.status.invariants import StackWatcher
 

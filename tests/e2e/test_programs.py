@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +28,8 @@ import yaml
 from kubernetes import client
 
 from testbed.git_server import Checkout
-from testbed.node import NodeCluster, deployment
-from testbed.node.deployment import UID
+from testbed.node import NodeCluster
+from testbed.node.tenancy import cache_claim, with_env
 from testbed.package_mirror import PackageMirror
 from testbed.package_mirror import env as mirror_env
 from testbed.plugin_mirror import PluginMirror
@@ -44,7 +43,6 @@ both_runners = pytest.mark.parametrize("runner", RUNNERS)
 LANGUAGES = {"ts": "nodejs", "yaml": "plugins", "python": "python"}
 """Each program and the dependency kind its second run finds in the cache."""
 FIRST_RUN = 900.0  # seconds for a first run: registries, npm ci or pip, the provider
-CACHE_CLAIM = "pulumi-cache"
 
 
 @pytest.fixture
@@ -71,29 +69,6 @@ def with_mirrors(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> It
             flags=(*bed.flags, f"--plugin-mirror={plugins.url}"),
             workspace=with_env(bed.workspace or {}, mirror_env(packages)),
         )
-
-
-@contextlib.contextmanager
-def cache_claim(cluster: NodeCluster, namespace: str, directory: Path) -> Iterator[None]:
-    """The claim ``pulumi-cache`` in ``namespace`` on a hostPath volume at ``directory``."""
-    directory.mkdir(parents=True)
-    os.chown(directory, UID, UID)
-    volume = f"pulumi-cache-{namespace}"
-    objects = deployment.state_volume(directory, namespace, CACHE_CLAIM, volume)
-    manifest = directory.parent / f"{volume}.yaml"
-    manifest.write_text(yaml.safe_dump_all(objects))
-    cluster.kubectl("apply", "-f", str(manifest))
-    try:
-        yield
-    finally:
-        cluster.kubectl("delete", "pv", volume, "--wait=false")
-
-
-def with_env(workspace: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """``workspace`` (a workspaceTemplate) with ``env`` added to its ``spec.env``."""
-    spec = dict(workspace.get("spec") or {})
-    spec["env"] = [*spec.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
-    return {**workspace, "spec": spec}
 
 
 @dataclasses.dataclass(frozen=True)

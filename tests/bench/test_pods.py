@@ -1,0 +1,211 @@
+"""The pods bench's pure parts: a run pod's timeline and legs, pods at once, its row."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import pytest
+
+from bench.pods.timeline import (
+    SPLIT,
+    Occupancy,
+    agent_span,
+    around,
+    container_running,
+    means,
+    occupancy,
+    pod_times,
+    pods_at,
+    run_timed,
+    split,
+)
+from bench.readme import TIMES, _pods, render
+from bench.stats import Summary
+from bench.watch import Seen
+from workspace.runner import ErrorKind, failed_outcome, outcome_line
+
+
+def run_pod(uid: str = "u1", *, generation: int = 3, **status: Any) -> dict[str, Any]:
+    """A run pod of Stack ``app`` as the API serves it, with ``status``."""
+    annotations = {"pulumi-stack-operator.dev/generation": str(generation)}
+    metadata = {"name": "app-pulumi", "namespace": "ns", "uid": uid, "annotations": annotations}
+    return {"metadata": {**metadata, "creationTimestamp": "2026-01-01T10:00:00Z"}, **status}
+
+
+def finished_pod() -> dict[str, Any]:
+    """A run pod that was scheduled at :01, checked out :03 → :05, runs since :06."""
+    at = "2026-01-01T10:00:0{}Z".format
+    checkout = {"terminated": {"startedAt": at(3), "finishedAt": at(5)}}
+    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(1)}
+    status = {
+        "conditions": [scheduled],
+        "initContainerStatuses": [{"name": "checkout", "state": checkout}],
+        "containerStatuses": [{"name": "pulumi", "state": {"running": {"startedAt": at(6)}}}],
+    }
+    return run_pod(status=status)
+
+
+def test_a_run_pods_object_splits_into_legs_that_add_up_to_the_run() -> None:
+    """Schedule and start from the pod's times, the agent's three legs, the rest other."""
+    inside = {"in_runner_checkout_s": 1.5, "in_runner_install_s": 0.25, "in_runner_cli_s": 2.0}
+
+    legs = split(pod_times(finished_pod()), inside, e2e=10.0)
+
+    assert {leg: legs[leg] for leg in SPLIT} == {
+        "schedule": 1.0,
+        "start": 2.0,
+        "checkout": 1.5,
+        "install": 0.25,
+        "cli": 2.0,
+        "other": 3.25,
+    }
+    assert sum(legs[leg] for leg in SPLIT) == legs["e2e"] == 10.0
+    assert (legs["init"], legs["handoff"]) == (2.0, 1.0)
+
+
+def test_legs_are_averaged_so_whole_seconds_even_out_and_still_add_up() -> None:
+    """A 0.5 s leg read as 0 s and 1 s averages to 0.5 s; the means sum to the mean run."""
+    runs = [
+        {"schedule": 0.0, "cli": 2.0, "other": 1.0, "e2e": 3.0},
+        {"schedule": 1.0, "cli": 2.5, "other": 0.5, "e2e": 4.0},
+    ]
+
+    found = means(runs)
+
+    assert found == {"schedule": 0.5, "cli": 2.25, "other": 0.75, "e2e": 3.5}
+    assert found["schedule"] + found["cli"] + found["other"] == found["e2e"]
+    assert means([]) == {}
+
+
+def test_a_phase_the_agent_did_not_report_is_zero_and_a_missing_time_is_named() -> None:
+    """No ``install`` reported: 0 s; a pod never scheduled cannot be split."""
+    legs = split(pod_times(finished_pod()), {"in_runner_cli_s": 1.0}, e2e=6.0)
+    assert (legs["checkout"], legs["install"], legs["other"]) == (0.0, 0.0, 2.0)
+    with pytest.raises(ValueError, match="no scheduled time"):
+        split(pod_times(run_pod()), {}, e2e=1.0)
+
+
+def test_the_agents_log_pins_what_came_before_it_and_after_its_outcome() -> None:
+    """First line and outcome line from the kubelet's timestamps; the rest adds up."""
+    now = datetime.datetime.now(datetime.UTC)
+    outcome = outcome_line(failed_outcome("up", ErrorKind.NONE, "", now, now))
+    log = "\n".join(
+        [
+            '2026-01-01T10:00:02.500000000Z {"event": "Starting pulumi operation"}',
+            '2026-01-01T10:00:03.000000000Z @pulumi-stack-operator {"progress":{}}',
+            f"2026-01-01T10:00:05.250000000Z {outcome}",
+            "2026-01-01T10:00:05.300000000Z a last line",
+        ]
+    )
+    span = agent_span(log)
+    sent = datetime.datetime(2026, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)
+
+    assert around(sent, span, ready=6.5) == {
+        "before_agent": 2.5,
+        "agent": 2.75,
+        "after_agent": 1.25,
+    }
+    with pytest.raises(ValueError, match="no timestamped outcome"):
+        agent_span(log.replace("@pulumi-stack-operator", "text"))
+
+
+def seen(at: float, type_: str, uid: str, *, deleting: bool = False) -> Seen:
+    """A version of run pod ``uid`` arrived at ``at``."""
+    pod = run_pod(uid)
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T10:00:09Z"
+    pod["metadata"]["name"] = f"pod-{uid}"
+    return Seen(at, type_, pod)
+
+
+def test_pods_at_once_count_live_ones_apart_from_those_being_deleted() -> None:
+    """Two run, one is deleted while a third starts: 2 live at most, 3 existing."""
+    versions = [
+        seen(1.0, "ADDED", "a"),
+        seen(2.0, "ADDED", "b"),
+        seen(3.0, "MODIFIED", "a", deleting=True),
+        seen(4.0, "ADDED", "c"),
+        seen(5.0, "DELETED", "a", deleting=True),
+        seen(6.0, "MODIFIED", "b", deleting=True),
+        seen(7.0, "MODIFIED", "c", deleting=True),
+        seen(9.0, "ADDED", "d"),
+    ]
+
+    found = occupancy(versions, 0.5, 8.0)
+
+    assert (found.live, found.existing) == (2, 3)
+    assert pods_at(versions, 7.5) == {"all": ["ns/pod-b", "ns/pod-c"], "live": []}
+    assert occupancy(versions, 7.5, 8.5) == Occupancy(live=0, existing=2)  # b, c being deleted
+
+
+def test_the_run_container_started_matches_only_that_runs_pod() -> None:
+    """The same Stack's pod of another generation, or one still checking out, does not."""
+    started = Seen(1.0, "MODIFIED", finished_pod())
+    checking_out = Seen(1.0, "MODIFIED", run_pod())
+    older = Seen(1.0, "MODIFIED", {**finished_pod(), "metadata": run_pod(generation=2)["metadata"]})
+
+    match = container_running("ns", "app", 3)
+
+    assert match(started)
+    assert not match(checking_out)
+    assert not match(older)
+    assert not container_running("other", "app", 3)(started)
+
+
+def test_the_stacks_run_timed_lines_are_read_in_order() -> None:
+    """Only that Stack's ``Run timed`` lines, every ``_s`` field of each."""
+    lines = [
+        {"event": "Run timed", "name": "app", "announce_s": 0.1, "in_runner_cli_s": 2.0,
+         "operation": "up"},
+        {"event": "Run timed", "name": "other", "announce_s": 9},
+        {"event": "pulumi command", "name": "app", "seconds": 1},
+        {"event": "Run timed", "name": "app", "announce_s": 0.2},
+    ]  # fmt: skip
+    log = "\n".join([*map(json.dumps, lines), "not json"])
+
+    assert run_timed(log, "app") == [
+        {"announce_s": 0.1, "in_runner_cli_s": 2.0},
+        {"announce_s": 0.2},
+    ]
+
+
+LINE = (
+    "bench=pods workers=2 runs=5 cost_pod_e2e_s=9.1 cost_local_e2e_s=2.6 cost_cli_up_s=2.1 "
+    "cost_pod_ratio=4.333 cost_local_ratio=1.238 split_e2e_s=9 split_schedule_s=0 "
+    "split_start_s=1 split_checkout_s=1.2 split_install_s=0.3 split_cli_s=2.5 split_other_s=4 "
+    "split_before_agent_s=2.2 split_agent_s=3.1 split_after_agent_s=1.1 "
+    "stacks=20 namespaces=4 spec_to_running_p50_s=4.5 spec_to_running_p99_s=6.2 "
+    "pods_per_min=11 max_concurrent_pods=2 max_existing_pods=3 idle_pods=0 api_per_run=14 "
+    "api_get_per_run=6 cpu_per_run_s=0.12"
+)
+
+
+def test_the_row_tells_cost_split_and_fleet_and_judges_the_pods_at_once() -> None:
+    """The ratios, the legs, the fleet's figures; ≤ workers and none idle is met."""
+    summary = Summary.parse(LINE)
+    assert summary is not None
+
+    name, what, result, target = _pods(summary)
+
+    assert name == "pod runner"
+    assert "20 Stacks in 4 namespaces, `--workers=2`" in what
+    assert f"**pod 4.33{TIMES}**, local 1.24{TIMES}" in result
+    assert "schedule 0 s, pod start 1.0 s, checkout 1.2 s" in result
+    assert "before the agent 2.2 s, the agent 3.1 s, after its outcome 1.1 s" in result
+    assert "4.5 / 6.2 s (p50 / p99)" in result
+    assert target == "≤ 2 run pods at once, none left idle: **met**"
+    over = Summary.parse(LINE.replace("max_concurrent_pods=2", "max_concurrent_pods=3"))
+    assert over is not None
+    assert _pods(over)[3].endswith("**not met**")
+
+
+def test_the_page_has_a_pods_row_and_its_method() -> None:
+    """Rendered with the other rows; not run says so; the notes explain the split."""
+    summary = Summary.parse(LINE)
+    assert summary is not None
+    assert "| pod runner |" in render({"pods": summary})
+    page = render({})
+    assert "| pods | — | not run | — |" in page
+    assert "*Pod runner*" in page
