@@ -32,7 +32,6 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 
 import structlog
 from kubernetes import client, config
@@ -51,6 +50,7 @@ from controller.informer import (
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.metrics_server import Certificates, Reviewer, SecureMetricsServer
 from controller.reconciler import Reconciler
+from controller.signals import relay_signals
 from controller.threads import ThreadGroup
 from controller.view import ReadYourWritesView
 from controller.workers import Controller, by_namespace
@@ -371,8 +371,11 @@ class Manager:
         self.shutdown.wait()
         return self._stop()
 
-    def request_shutdown(self, signum: int = 0, _frame: FrameType | None = None) -> None:
-        """Begin a clean shutdown (the SIGTERM/SIGINT handler: it only sets an event)."""
+    def request_shutdown(self, signum: int = 0) -> None:
+        """Begin a clean shutdown (``signum``: the signal that asked, 0 for none).
+
+        Never call it from a signal handler: it takes the Event's lock (``run`` relays).
+        """
         self._signal = signum
         self.shutdown.set()
 
@@ -462,7 +465,10 @@ class Manager:
 
 
 def run(manager: Manager) -> int:
-    """Install the signal handlers and run ``manager``; returns the exit status."""
-    signal.signal(signal.SIGTERM, manager.request_shutdown)
-    signal.signal(signal.SIGINT, manager.request_shutdown)
+    """Hand SIGTERM and SIGINT to ``manager`` and run it; returns the exit status.
+
+    The handlers only relay (``controller.signals``): setting the shutdown Event inside one
+    could deadlock with the main thread beginning to wait on that same Event.
+    """
+    relay_signals(manager.request_shutdown)
     return manager.run()

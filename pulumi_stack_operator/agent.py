@@ -29,17 +29,16 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from controller.clock import RealClock
+from controller.signals import relay_signals
 from pulumi_stack_operator.pulumi_cli import pulumi_command
 from workspace.runner import (
     DEFAULT_CACHE_LIMIT,
@@ -163,13 +162,7 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     if list(args) == ["checkout"]:
         return checkout_only(environ)
     stop = threading.Event()
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        stop.set()
-
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGINT, interrupt)
+    relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
     job = AgentJob.from_environment(environ)
     _forget_environment()
     outcome = fitted(with_checkout_seconds(run(job, environ, stop)))

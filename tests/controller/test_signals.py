@@ -1,0 +1,65 @@
+"""controller.signals: a signal's callback runs outside the handler, so it cannot deadlock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+from controller.signals import relay_signals
+
+# The main thread holds the Event's own lock when SIGTERM's handler runs (as it does for a
+# few bytecodes at the start and end of Event.wait). A handler that called Event.set
+# would wait for that lock for good; the relay's callback runs once the lock is let go.
+SCRIPT = textwrap.dedent(
+    """
+    import os, queue, signal, threading
+    from controller.signals import relay_signals
+
+    shutdown = threading.Event()
+    got = queue.Queue()
+
+    def callback(signum):
+        shutdown.set()
+        got.put(signum)
+
+    relay_signals(callback)
+    with shutdown._cond:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, the lock held
+        assert not shutdown.is_set()
+    assert shutdown.wait(30), "the relay never set the event"
+    os.kill(os.getpid(), signal.SIGINT)
+    print([got.get(timeout=30), got.get(timeout=30)] == [signal.SIGTERM, signal.SIGINT])
+    """
+)
+
+
+def test_a_signal_while_the_event_lock_is_held_still_sets_the_event() -> None:
+    """A handler that set the Event itself would hang this process (checked: it does)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+def test_the_callback_runs_outside_the_main_thread() -> None:
+    """Installed from the main thread (pytest's), with a signal no test bed sends."""
+    seen: list[tuple[int, str]] = []
+    done = threading.Event()
+    previous = signal.getsignal(signal.SIGUSR2)
+
+    def callback(signum: int) -> None:
+        seen.append((signum, threading.current_thread().name))
+        done.set()
+
+    try:
+        relay_signals(callback, [signal.SIGUSR2])
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert done.wait(30)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert seen == [(signal.SIGUSR2, "signals")]
