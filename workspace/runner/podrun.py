@@ -169,7 +169,7 @@ class PodRun:
     def read_reports(
         self, on_progress: ProgressCallback, stop: threading.Event
     ) -> RunResult | None:
-        """Read the pod's log to its end; the outcome, or None to look at the pod again."""
+        """Read the pod's log to its outcome line; the outcome, or None to look at the pod again."""
         try:
             response = self._with.api.logs(self.job)
         except ApiException as err:
@@ -426,18 +426,23 @@ DELETED_BY = (
 
 
 def read_log(response: BaseHTTPResponse, on_progress: ProgressCallback) -> Outcome | None:
-    """Report the log's progress lines as they come; the last outcome line's outcome."""
-    outcome: Outcome | None = None
+    """Report the log's progress lines as they come; the outcome, at its line.
+
+    The agent prints its outcome as its last line, then exits: the run concludes at that
+    line, not at the stream's end (the container's exit, about a second later), so the
+    pod is released while the agent's interpreter winds down. None: the stream ended (or
+    broke) before an outcome line, and the caller looks at the pod.
+    """
     try:
         for line in lines(response):
             report = parse_line(line)
             if isinstance(report, Progress):
                 _report(on_progress, report)
             elif isinstance(report, Outcome):
-                outcome = report
+                return report
     except Exception as err:  # noqa: BLE001 - a broken stream: the caller looks at the pod
         log.debug("The run pod's log stream ended", error=type(err).__name__)
-    return outcome
+    return None
 
 
 def _error(err: BaseException) -> str:

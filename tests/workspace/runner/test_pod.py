@@ -83,6 +83,31 @@ class Log:
         """Nothing to release."""
 
 
+class OpenLog(Log):
+    """A log whose stream stays open after its lines, as a container's does until it exits."""
+
+    def __init__(self, lines: list[str]) -> None:
+        """A log of ``lines``; the stream ends when closed, or on its own after a while."""
+        super().__init__(lines)
+        self.let_go = threading.Event()
+        self.ran_to_end = False
+
+    def stream(self, amt: int, *, decode_content: bool) -> Iterator[bytes]:
+        """Each line, then nothing until closed (the reader gave up) or the container's end."""
+        yield from super().stream(amt, decode_content=decode_content)
+        if not self.let_go.wait(10):
+            self.ran_to_end = True
+
+    def shutdown(self) -> None:
+        """Wake a blocked read."""
+        self.let_go.set()
+
+    def close(self) -> None:
+        """Close the stream."""
+        super().close()
+        self.let_go.set()
+
+
 class Watch:
     """A streamed watch: each event as a JSON line, blocking until one comes or shutdown."""
 
@@ -126,6 +151,7 @@ class FakePods:
         self.patches: list[list[dict[str, Any]]] = []
         self.patch_error: int | None = None  # the status a patch fails with
         self.log: list[str] = []
+        self.open_log: OpenLog | None = None  # served instead of ``log`` when set
         self.log_reads = 0
         self.status: dict[str, Any] = {"phase": "Running", "containerStatuses": [running()]}
         self.on_log: Any = None
@@ -247,7 +273,7 @@ class FakePods:
         self.log_reads += 1
         if self.on_log is not None:
             self.on_log()
-        return Log(self.log)
+        return self.open_log or Log(self.log)
 
 
 def running() -> dict[str, Any]:
@@ -272,6 +298,17 @@ def test_a_run_reports_progress_and_its_outcome_and_the_pod_goes() -> None:
     assert outcome == DONE
     assert seen == [step]
     assert [p["metadata"]["name"] for p in pods.created] == ["web-pulumi"]
+    assert pods.deleted == ["web-pulumi"]
+
+
+def test_the_run_concludes_at_the_outcome_line_not_at_the_streams_end() -> None:
+    """The outcome is the agent's last line: the pod goes while its container winds down."""
+    pods = FakePods()
+    pods.open_log = OpenLog([outcome_line(DONE)])
+    outcome = runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    assert outcome == DONE
+    assert not pods.open_log.ran_to_end, "the run waited for the log stream's end"
+    assert pods.open_log.closed
     assert pods.deleted == ["web-pulumi"]
 
 
