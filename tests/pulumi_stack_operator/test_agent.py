@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +186,15 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
     seconds = agent.with_checkout_seconds(ran).seconds
     assert set(seconds) == {"checkout"}
     assert 0 <= seconds["checkout"] < 60  # the monkeypatched checkout returns at once
+
+
+def test_the_agent_starts_without_the_kubernetes_client() -> None:
+    """Every run pod starts the agent: the client it never uses is not imported."""
+    probe = (
+        "import sys, pulumi_stack_operator.agent\n"
+        "print(sorted(m for m in ('kubernetes', 'urllib3') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -17,6 +17,9 @@ settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks)
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from workspace.runner.base import Runner
 from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
 from workspace.runner.job import (
@@ -30,8 +33,6 @@ from workspace.runner.job import (
 )
 from workspace.runner.local import DEFAULT_CACHE_LIMIT, LocalRunner
 from workspace.runner.locks import release_own as release_own_locks
-from workspace.runner.pod import PodRunner
-from workspace.runner.podspec import RunCaching
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     Detached,
@@ -47,6 +48,23 @@ from workspace.runner.types import (
     UpdateRequest,
     failed_outcome,
 )
+
+if TYPE_CHECKING:
+    from workspace.runner.pod import PodRunner
+    from workspace.runner.podspec import RunCaching
+
+# Imported when first asked for: they need the Kubernetes client (a quarter of a second to
+# import), which the run pod's agent, importing this package, never uses.
+_LAZY = {"PodRunner": "workspace.runner.pod", "RunCaching": "workspace.runner.podspec"}
+
+
+def __getattr__(name: str) -> object:
+    """``PodRunner`` and ``RunCaching``, imported on first use."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
 
 __all__ = [
     "DEFAULT_CACHE_LIMIT",
