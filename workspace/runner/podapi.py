@@ -240,6 +240,8 @@ class PodChanges:
             try:
                 since = self._stream(since)
             except Exception as err:  # noqa: BLE001 - retried: the API server may be away
+                if self._is_closed():
+                    return  # close() shut the socket under the read: no failure
                 log.debug("Watching the run pod failed", error=type(err).__name__)
                 self._pause()
                 since = ""

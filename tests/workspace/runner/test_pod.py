@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from controller.clock import Clock, FakeClock
 from workspace.runner import (
@@ -137,6 +139,15 @@ class Watch:
         """Nothing to release."""
 
 
+class CutWatch(Watch):
+    """A watch whose read fails when its socket is shut down, as urllib3's does."""
+
+    def stream(self, amt: int, *, decode_content: bool) -> Iterator[bytes]:
+        """The events as lines; ProtocolError at ``shutdown``."""
+        yield from super().stream(amt, decode_content=decode_content)
+        raise ProtocolError("Connection broken: the socket was shut down")
+
+
 class FakePods:
     """The few CoreV1Api calls PodRunner makes, over one namespace's pods, with watches.
 
@@ -158,6 +169,7 @@ class FakePods:
         self.on_create: Any = None
         self.claims: set[str] = set()  # PersistentVolumeClaims the namespace has
         self.watches: list[Watch] = []
+        self.watch_type: type[Watch] = Watch
         self.reads = 0
         self._version = 0
         self._history: list[tuple[int, str, dict[str, Any]]] = []
@@ -218,7 +230,7 @@ class FakePods:
         del namespace
         assert kwargs["watch"] is True
         assert kwargs["field_selector"] == "metadata.name=web-pulumi"
-        watch = Watch()
+        watch = self.watch_type()
         since = kwargs.get("resource_version")
         with self._lock:
             if since is None and "web-pulumi" in self.pods:
@@ -575,6 +587,24 @@ def test_a_watch_that_ends_is_started_again_from_the_pod_read_afresh() -> None:
         assert len(pods.watches) == 2
         pods.delete_namespaced_pod("web-pulumi", "team", body=None)
         until(changes, seen, lambda pod: pod is None)
+
+
+def test_a_watch_cut_by_close_ends_without_a_failure_logged() -> None:
+    """Closing the changes shuts the watch's socket: the read error that follows is no fault."""
+    pods, clock = FakePods(), FakeClock()
+    pods.watch_type = CutWatch
+    pod = run_pod(JOB, "up", image="operator:1", grace=60)
+    pod["metadata"]["uid"] = "u"
+    pods.add(pod)
+    with structlog.testing.capture_logs() as logs:
+        changes = PodChanges(runner(pods, clock).api, JOB, pods.pods["web-pulumi"], clock)
+        pods.set_status("web-pulumi", {"phase": "Running"})
+        until(changes, 0, lambda pod: (pod or {}).get("status") == {"phase": "Running"})
+        changes.close()
+        changes._thread.join(timeout=10)  # noqa: SLF001 - the watch thread's end is the point
+    assert not changes._thread.is_alive()  # noqa: SLF001
+    assert [e["event"] for e in logs if "run pod" in e["event"]] == []
+    assert len(pods.watches) == 1, "a closed watch was started again"
 
 
 def until(changes: PodChanges, seen: int, check: Callable[[Any], bool]) -> int:
