@@ -24,8 +24,10 @@ class Scale:
     parallel_delay: float = 5.0  # seconds each of their programs takes (config "delay")
     parallel_workers: tuple[int, ...] = (1, 2, 4, 8)
     memory_factors: tuple[int, ...] = (5, 10)  # memory also at these multiples of ``stacks``
-    pod_stacks: int = 20  # the pods benchmark's fleet under the pod runner
-    pod_namespaces: int = 4  # ... spread over this many namespaces
+    pod_stacks: int = 100  # the pods benchmark's fleet under the pod runner
+    pod_namespaces: int = 10  # ... spread over this many namespaces
+    pod_samples: int = 20  # ... of which this many are timed one at a time to a running pod
+    pod_nodes: int = 2  # the nodes of the pods benchmark's cluster
 
     @classmethod
     def quick(cls) -> Scale:
@@ -42,6 +44,7 @@ class Scale:
             memory_factors=(2,),
             pod_stacks=4,
             pod_namespaces=2,
+            pod_samples=4,
         )
 
     def latency_sizes(self) -> list[int]:

@@ -254,8 +254,9 @@ def _pods(s: Summary) -> Row:
     what = (
         f"the cached TypeScript program, one run: pod runner vs local runner vs bare "
         f"`pulumi up` (medians of {_n(s.get('runs'))} interleaved runs each); where a pod "
-        f"run's time goes (means of as many runs at debug level); a fleet of {_n(s.get('stacks'))} "
-        f"Stacks in {_n(s.get('namespaces'))} namespaces, `--workers={workers}`"
+        f"run's time goes (means of as many runs at debug level); a fleet of "
+        f"{_n(s.get('stacks'))} Stacks in {_n(s.get('namespaces'))} namespaces on "
+        f"{_n(s.get('nodes'))} nodes, `--workers={workers}`"
     )
     legs = ", ".join(
         f"{label} {_sig(s.get(f'split_{leg}_s'))} s"
@@ -277,16 +278,22 @@ def _pods(s: Summary) -> Row:
         f"{_sig(s.get('split_agent_s'))} s, after its outcome "
         f"{_sig(s.get('split_after_agent_s'))} s; spec change → run pod running "
         f"{_sig(s.get('spec_to_running_p50_s'))} / "
-        f"{_sig(s.get('spec_to_running_p99_s'))} s (p50 / p99); all at once: "
+        f"{_sig(s.get('spec_to_running_p99_s'))} s (p50 / p99 of "
+        f"{_n(s.get('samples'))}); all at once: "
         f"{_sig(s.get('pods_per_min'))} run pods/min, at most "
         f"{_n(s.get('max_concurrent_pods'))} running at once "
         f"({_n(s.get('max_existing_pods'))} with those being deleted), "
-        f"{_n(s.get('idle_pods'))} left once all were Ready; per run "
+        f"{_n(s.get('idle_pods'))} left once all were Ready, placed "
+        f"{s.fields.get('node_pods', '?')} on the nodes; per run "
         f"{_sig(s.get('api_per_run'))} API requests ({_sig(s.get('api_get_per_run'))} GET), "
-        f"{_sig(s.get('cpu_per_run_s'))} s operator CPU"
+        f"{_sig(s.get('cpu_per_run_s'))} s operator CPU, "
+        f"{_sig(s.get('node_cpu_per_run_s'))} s node CPU"
     )
     bounded = s.get("max_concurrent_pods") <= s.get("workers") and s.get("idle_pods") == 0
-    target = f"≤ {workers} run pods at once, none left idle: {_met(bounded)}"
+    spread = s.get("nodes_used") == s.get("nodes")
+    target = (
+        f"≤ {workers} run pods at once, none left idle, every node used: {_met(bounded and spread)}"
+    )
     return ("pod runner", what, result, target)
 
 
@@ -393,9 +400,11 @@ _PARALLEL_NOTE = (
 )
 _PODS_NOTE = (
     "- *Pod runner* (`bench/pods/`): a node cluster of the benchmark's own (control plane, "
-    "scheduler, controller-manager, a kubelet and containerd in a network namespace, the "
-    "operator's image imported), operators as processes on this machine against it, with "
-    "their defaults. Cost: the programs row's `node-outputs` as a Stack under "
+    "scheduler, controller-manager, and two nodes, each a kubelet and containerd in a "
+    "network namespace of its own, the operator's image imported into each), operators as "
+    "processes on this machine against it, with their defaults. Both nodes share this "
+    "machine's two cores with the control plane and the operator: a second node adds "
+    "placement, not CPU. Cost: the programs row's `node-outputs` as a Stack under "
     "`--runner=pod` (its namespace's state and dependency cache claims mounted into the run "
     "pods), as a Stack under the local runner, and as a bare `pulumi up`, after an untimed "
     "first run each, in interleaved rounds whose order rotates; a Stack's time runs from "
@@ -408,19 +417,22 @@ _PODS_NOTE = (
     "seconds; checkout, install and CLI are the "
     "agent's own measurements (`in_runner_*_s` of the `Run timed` line); other is the rest "
     "of that run's PATCH → Ready (operator, container starts, the agent's own start-up, "
-    "the pod's end). The same run cut at the agent's first log line and its outcome line "
+    "the status write). The same run cut at the agent's first log line and its outcome line "
     "(the kubelet's timestamps, sub-second): before the agent (the operator, the pod's "
     "start, the checkout container, the agent's start-up), the agent, and after its "
-    "outcome (the container's end, the operator's conclusion, the status write). Each leg "
-    "is a mean over the runs: a leg between whole-second times is off by the runs' "
+    "outcome (the operator reading it, releasing the pod, concluding the run and writing "
+    "the status; the run concludes at the outcome line, not at the container's end). Each "
+    "leg is a mean over the runs: a leg between whole-second times is off by the runs' "
     "sub-second phases, which the mean evens out, and the means add up to the mean PATCH → "
-    "Ready. Fleet: one spec change "
-    "at a time, timed until the bench's pod watch sees the run's container started; then "
+    "Ready. Fleet: 100 Stacks in 10 namespaces; one spec change at a time for 20 of them, "
+    "timed until the bench's pod watch sees the run's container started; then "
     "every Stack changed at once: run pods created (`pulumi_stack_run_pods_created`) per "
     "minute of the makespan (first PATCH → last Ready), the most run pods at once not being "
-    "deleted on the pod watch (at most `--workers`) and those left once all were Ready, and "
-    "per run the operator's `rest_client_requests_total` and its own CPU time "
-    "(`/proc/<pid>/stat` utime + stime, children not counted)."
+    "deleted on the pod watch (at most `--workers`) and those left once all were Ready, how "
+    "many of the burst's run pods each node was given (`spec.nodeName`), and per run the "
+    "operator's `rest_client_requests_total`, its own CPU time (`/proc/<pid>/stat` utime + "
+    "stime, children not counted) and the nodes' CPU time (every pod's cgroup: the run "
+    "pods' init container and agent, the CLI and the program)."
 )
 _MEMORY_NOTE = (
     "- *Memory* is the operator process alone (`/proc/<pid>/status`); Pulumi runs in child "

@@ -1,19 +1,21 @@
 """The pods benchmark's bed: a node cluster of its own, and namespaces for either runner.
 
-``PodBed`` (``with`` starts and stops it) starts a ``testbed.node.NodeCluster`` (control
-plane, scheduler, controller-manager, kubelet and containerd in a network namespace),
-imports the operator's image into the node (``testbed.image``: built, or found unchanged,
-by content), starts a git server and the npm/PyPI mirror on the node's host address (run
-pods have no internet), applies the Stack CRD and pushes the cached TypeScript program
-(``node-outputs``, under ``app/``) as one commit, which every Stack pins. ``stop`` stops
-all of it and raises if the cluster left anything on the machine (``leftovers``).
+``PodBed`` (``with`` starts and stops it) starts a ``testbed.node.NodeCluster`` of
+``nodes`` nodes (control plane, scheduler, controller-manager, and per node a kubelet and
+containerd in a network namespace of its own), imports the operator's image into each
+node (``testbed.image``: built, or found unchanged, by content), starts a git server and
+the npm/PyPI mirror on the node's host address (run pods have no internet), applies the
+Stack CRD and pushes the cached TypeScript program (``node-outputs``, under ``app/``) as
+one commit, which every Stack pins. ``stop`` stops all of it and raises if the cluster
+left anything on the machine (``leftovers``).
 
 ``tenant(prefix)`` is a namespace for the pod runner as the e2e ``pod`` bed makes it: a
 claim on a host directory holding the Stacks' ``file://`` backend, mounted into every run
 pod through the Stack's ``workspaceTemplate`` (with the mirror's variables), and the
 dependency cache claim the operator mounts into run pods. ``tenant(prefix, pod=False)`` is
 one for the local runner: its backend is a host directory the operator reads directly.
-Both hold the passphrase Secret. ``operator`` prepares an operator process on this cluster.
+Both hold the passphrase Secret. ``operator`` prepares an operator process on this cluster;
+``node_cpu`` is the CPU time the nodes' pods have used (their cgroups, every node summed).
 """
 
 from __future__ import annotations
@@ -65,9 +67,10 @@ class Tenant:
 class PodBed(Running):
     """The node cluster and what its run pods need; see the module docstring."""
 
-    def __init__(self, bench: TestBed, progress: Callable[[str], None]) -> None:
-        """Prepare (not start) under the bench's root; operators run as the bench's do."""
+    def __init__(self, bench: TestBed, progress: Callable[[str], None], nodes: int = 1) -> None:
+        """Prepare (not start) ``nodes`` nodes under the bench's root; operators as the bench's."""
         self.bench, self.root, self._say = bench, bench.root / "pods", progress
+        self.nodes = nodes
         self.cluster: NodeCluster | None = None
         self.git: GitServer | None = None
         self.mirror: PackageMirror | None = None
@@ -83,8 +86,9 @@ class PodBed(Running):
         self._say("pods: the operator's image (built, or found unchanged by content)")
         image = build_image()
         archive = save_archive(image)
-        self._say("pods: starting a node cluster, the image imported into it")
-        cluster = self.cluster = NodeCluster(self.root / "node", NodeBinaries.find())
+        self._say(f"pods: starting a node cluster of {self.nodes}, the image imported into each")
+        binaries = NodeBinaries.find()
+        cluster = self.cluster = NodeCluster(self.root / "node", binaries, nodes=self.nodes)
         cluster.start()
         cluster.load_image(archive, image.ref)
         self.image = image.ref
@@ -131,6 +135,10 @@ class PodBed(Running):
         if self._api is None:
             raise RuntimeError(NOT_STARTED)
         return self._api
+
+    def node_cpu(self) -> float:
+        """CPU seconds every pod on the nodes has used so far (each node's cgroup parent)."""
+        return sum(member.cgroups.cpu_seconds() for member in self.node.members)
 
     def tenant(self, prefix: str, *, pod: bool = True) -> Tenant:
         """A fresh namespace for the pod runner (``pod=False``: the local runner)."""

@@ -17,13 +17,15 @@ A kept run pod's log, read with the kubelet's timestamps (sub-second), pins the 
 splits the run's PATCH → Ready into ``before_agent`` (the operator, scheduling, the
 sandbox, the checkout container, the run container's start and the agent's own start-up),
 ``agent`` (its operation: install, CLI and its own work) and ``after_agent`` (its outcome
-reported → Ready seen: the container's end, the operator's conclusion, the status write).
+reported → Ready seen: the operator reading the line, releasing the pod, concluding the
+run and writing the status; the container's own end is no longer waited for).
 
 ``occupancy`` replays a pod watch's versions (ADDED, MODIFIED, DELETED) and tells how
 many run pods existed at once in a window: ``live`` ones (not being deleted: runs in
-flight) and all, those being deleted too. ``run_timed`` reads a Stack's ``Run timed``
-lines from the debug log; ``container_running`` matches the pod version that first shows
-a run's container running.
+flight) and all, those being deleted too; ``placement`` how many run pods each node was
+given in a window (``spec.nodeName``, a pod counted once). ``run_timed`` reads a Stack's
+``Run timed`` lines from the debug log; ``container_running`` matches the pod version
+that first shows a run's container running.
 """
 
 from __future__ import annotations
@@ -173,6 +175,22 @@ def occupancy(versions: Sequence[Seen], start: float, end: float) -> Occupancy:
             existing = max(existing, len(pods))
     before = pods_at(versions, start)
     return Occupancy(max(live, len(before["live"])), max(existing, len(before["all"])))
+
+
+def placement(
+    versions: Sequence[Seen], start: float, end: float, nodes: Sequence[str]
+) -> dict[str, int]:
+    """Per node of ``nodes``: the run pods bound to it seen between ``start`` and ``end``.
+
+    A pod counts once, on the node its versions name (``spec.nodeName``); one never bound
+    in the window counts nowhere.
+    """
+    bound: dict[str, str] = {}
+    for seen in versions:
+        node = (seen.obj.get("spec") or {}).get("nodeName")
+        if start <= seen.arrived <= end and node:
+            bound[_uid(seen)] = str(node)
+    return {node: sum(1 for on in bound.values() if on == node) for node in nodes}
 
 
 def pods_at(versions: Sequence[Seen], when: float) -> dict[str, list[str]]:

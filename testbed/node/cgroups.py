@@ -59,6 +59,26 @@ class CgroupParent:
             if self._existing():
                 time.sleep(0.2)
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every process below the parent (its pods and containers).
+
+        cgroup v1's ``cpuacct.usage`` (nanoseconds) where that hierarchy exists, else the
+        unified hierarchy's ``cpu.stat`` ``usage_usec``. Raises ``RuntimeError`` if neither
+        can be read (the parent not created, or no CPU accounting on this host).
+        """
+        for directory in self._existing():
+            usage = directory / "cpuacct.usage"
+            if usage.exists():
+                return int(usage.read_text()) / 1e9
+        for directory in self._existing():
+            stat = directory / "cpu.stat"
+            if stat.exists():
+                fields = dict(line.split() for line in stat.read_text().splitlines() if line)
+                if "usage_usec" in fields:
+                    return int(fields["usage_usec"]) / 1e6
+        msg = f"no CPU accounting for the cgroup {self.path} (not created, or none here)"
+        raise RuntimeError(msg)
+
     def _existing(self) -> list[Path]:
         return [d for d in self.directories() if d.exists()]
 

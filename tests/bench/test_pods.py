@@ -16,6 +16,7 @@ from bench.pods.timeline import (
     container_running,
     means,
     occupancy,
+    placement,
     pod_times,
     pods_at,
     run_timed,
@@ -140,6 +141,25 @@ def test_pods_at_once_count_live_ones_apart_from_those_being_deleted() -> None:
     assert occupancy(versions, 7.5, 8.5) == Occupancy(live=0, existing=2)  # b, c being deleted
 
 
+def test_placement_counts_each_pod_bound_in_the_window_once_per_node() -> None:
+    """Versions before binding, repeats and pods outside the window do not count."""
+
+    def on(at: float, name: str, node: str | None) -> Seen:
+        version = seen(at, "MODIFIED", name)
+        return Seen(at, version.type, {**version.obj, "spec": {"nodeName": node}})
+
+    versions = [
+        on(1.0, "a", None),  # created, not yet bound
+        on(1.5, "a", "n1"),
+        on(2.0, "a", "n1"),
+        on(2.5, "b", "n2"),
+        on(3.0, "c", "n1"),
+        on(9.0, "d", "n2"),  # after the window
+    ]
+
+    assert placement(versions, 0.5, 8.0, ["n1", "n2", "n3"]) == {"n1": 2, "n2": 1, "n3": 0}
+
+
 def test_the_run_container_started_matches_only_that_runs_pod() -> None:
     """The same Stack's pod of another generation, or one still checking out, does not."""
     started = Seen(1.0, "MODIFIED", finished_pod())
@@ -176,29 +196,36 @@ LINE = (
     "cost_pod_ratio=4.333 cost_local_ratio=1.238 split_e2e_s=9 split_schedule_s=0 "
     "split_start_s=1 split_checkout_s=1.2 split_install_s=0.3 split_cli_s=2.5 split_other_s=4 "
     "split_before_agent_s=2.2 split_agent_s=3.1 split_after_agent_s=1.1 "
-    "stacks=20 namespaces=4 spec_to_running_p50_s=4.5 spec_to_running_p99_s=6.2 "
-    "pods_per_min=11 max_concurrent_pods=2 max_existing_pods=3 idle_pods=0 api_per_run=14 "
-    "api_get_per_run=6 cpu_per_run_s=0.12"
+    "stacks=100 namespaces=10 nodes=2 samples=20 spec_to_running_p50_s=4.5 "
+    "spec_to_running_p99_s=6.2 pods_per_min=11 max_concurrent_pods=2 max_existing_pods=3 "
+    "idle_pods=0 api_per_run=14 api_get_per_run=6 cpu_per_run_s=0.12 node_cpu_per_run_s=3.4 "
+    "node_pods=48+52 nodes_used=2"
 )
 
 
 def test_the_row_tells_cost_split_and_fleet_and_judges_the_pods_at_once() -> None:
-    """The ratios, the legs, the fleet's figures; ≤ workers and none idle is met."""
+    """The ratios, the legs, the fleet's figures; ≤ workers, none idle, both nodes: met."""
     summary = Summary.parse(LINE)
     assert summary is not None
 
     name, what, result, target = _pods(summary)
 
     assert name == "pod runner"
-    assert "20 Stacks in 4 namespaces, `--workers=2`" in what
+    assert "100 Stacks in 10 namespaces on 2 nodes, `--workers=2`" in what
     assert f"**pod 4.33{TIMES}**, local 1.24{TIMES}" in result
     assert "schedule 0 s, pod start 1.0 s, checkout 1.2 s" in result
     assert "before the agent 2.2 s, the agent 3.1 s, after its outcome 1.1 s" in result
-    assert "4.5 / 6.2 s (p50 / p99)" in result
-    assert target == "≤ 2 run pods at once, none left idle: **met**"
-    over = Summary.parse(LINE.replace("max_concurrent_pods=2", "max_concurrent_pods=3"))
-    assert over is not None
-    assert _pods(over)[3].endswith("**not met**")
+    assert "4.5 / 6.2 s (p50 / p99 of 20)" in result
+    assert "placed 48+52 on the nodes" in result
+    assert "0.12 s operator CPU, 3.4 s node CPU" in result
+    assert target == "≤ 2 run pods at once, none left idle, every node used: **met**"
+    for broken in ("max_concurrent_pods=3", "idle_pods=1", "nodes_used=1"):
+        field = broken.split("=")[0]
+        over = Summary.parse(
+            " ".join(broken if f.startswith(f"{field}=") else f for f in LINE.split())
+        )
+        assert over is not None
+        assert _pods(over)[3].endswith("**not met**"), broken
 
 
 def test_the_page_has_a_pods_row_and_its_method() -> None:
