@@ -12,12 +12,17 @@ Beside it, for every test that runs pods of the operator's image (the node tests
 e2e scenarios under ``--runner=pod``): ``image_ref``, the image imported into the node
 once, and ``node_git``, a git server that both this machine and the pods reach; likewise
 ``node_plugin_mirror``, the plugin mirror (``testbed.plugin_mirror``) on that address.
+``marker_server`` serves a random marker on an address, for the tests that check a pod
+reaches the host.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
+import secrets
+import threading
 import time
 from collections.abc import Generator, Iterator
 
@@ -32,6 +37,31 @@ from testbed.plugin_mirror import PluginMirror
 from tests.conftest import kubernetes_provider_or_skip
 
 _clusters: list[NodeCluster] = []
+
+
+@contextlib.contextmanager
+def marker_server(host: str) -> Iterator[tuple[str, str]]:
+    """An HTTP server on ``host`` answering every GET with a random marker: (url, marker)."""
+    marker = secrets.token_hex(8)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(marker.encode())
+
+        def log_message(self, *args: object) -> None:
+            del args
+
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_port}/", marker
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def node_binaries_or_skip() -> NodeBinaries:

@@ -8,9 +8,7 @@ tear-down leaves nothing behind.
 from __future__ import annotations
 
 import dataclasses
-import http.server
 import secrets
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,7 +25,7 @@ from testbed.node.cluster import READY_TIMEOUT
 from testbed.node.images import HTTP_SERVER_IMAGE
 from testbed.process import ProcessError
 from testbed.waits import wait_for
-from tests.node.cluster import node_binaries_or_skip
+from tests.node.cluster import marker_server, node_binaries_or_skip
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -173,27 +171,8 @@ def test_pod_calls_the_apiserver_through_the_kubernetes_service(web: Web) -> Non
 
 def test_pod_reaches_a_server_on_the_host_ip(node_cluster: NodeCluster, web: Web) -> None:
     """A server bound to ``host_ip`` on the host (a git or file server) serves pods."""
-    marker = secrets.token_hex(8)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(marker.encode())
-
-        def log_message(self, *args: object) -> None:
-            del args
-
-    server = http.server.ThreadingHTTPServer((node_cluster.host_ip, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        target = urllib.parse.quote(f"http://{node_cluster.host_ip}:{server.server_port}/", safe="")
-        status, body = _get(f"{web.url}/get?url={target}")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with marker_server(node_cluster.host_ip) as (url, marker):
+        status, body = _get(f"{web.url}/get?url={urllib.parse.quote(url, safe='')}")
     assert (status, body) == (200, marker)
 
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import http.server
 import ipaddress
 import secrets
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -34,7 +32,7 @@ from testbed.node import NodeCluster
 from testbed.node.faults import NodeFaults
 from testbed.node.images import HTTP_SERVER_IMAGE, http_server_archive
 from testbed.waits import wait_for
-from tests.node.cluster import logs_reported, node_binaries_or_skip
+from tests.node.cluster import logs_reported, marker_server, node_binaries_or_skip
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -220,27 +218,8 @@ def test_pods_on_both_nodes_reach_a_server_on_the_first_nodes_host_ip(
     two_nodes: NodeCluster, pinned: Pinned
 ) -> None:
     """A server bound to node 1's ``host_ip`` (the git server's address) serves both nodes."""
-    marker = secrets.token_hex(8)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(marker.encode())
-
-        def log_message(self, *args: object) -> None:
-            del args
-
-    server = http.server.ThreadingHTTPServer((two_nodes.host_ip, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        target = f"http://{two_nodes.host_ip}:{server.server_port}/"
+    with marker_server(two_nodes.host_ip) as (target, marker):
         answers = {index: pinned.relay(index, target) for index in (1, 2)}
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
     assert answers == {1: (200, marker), 2: (200, marker)}
 
 
