@@ -280,12 +280,17 @@ class PodRun:
     def concluded(self, outcome: Outcome, stop: threading.Event) -> Outcome:
         """The agent's outcome, checked against this run; the pod is deleted (or kept).
 
-        Before the pod is released: an interruption not asked for reads the pod's reason,
-        and a failed program's pod is watched for its container's end (``end``: an
-        ``OOMKilled`` there explains the failure).
+        Before the pod is released: an interruption not asked for reads the pod's reason
+        (from the watch's final state when the pod is gone already), and a failed program's
+        pod is watched for its container's end (``end``: an ``OOMKilled`` there explains the
+        failure).
         """
         unasked = outcome.error is ErrorKind.INTERRUPTED and not self.interrupted
         pod = self._read_or_last() if unasked else None
+        if unasked and pod is None and self.changes is not None:
+            # Gone already (its container ended, then the API let it go): the watch's final
+            # state is the newest, with the eviction's condition if there was one.
+            self._last_of(self._caught_up(self.changes))
         if not outcome.succeeded and outcome.error not in NOT_PROGRAMS:
             self.end = self._container_end(stop)
         self.release(ended=True)

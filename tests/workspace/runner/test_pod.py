@@ -422,6 +422,31 @@ def test_an_eviction_the_watch_has_not_shown_yet_is_read_before_the_pod_is_delet
     assert pods.deleted == ["web-pulumi"]
 
 
+def test_an_evicted_pod_gone_before_its_outcome_is_read_is_named_from_the_watch() -> None:
+    """Interrupted, and the pod already deleted: the watch's final state names the eviction.
+
+    The eviction's condition reached the watch before the pod went; the run's last looked-at
+    state (before the log was opened) does not have it, and a fresh read finds nothing.
+    """
+    pods = FakePods()
+    interrupted = dataclasses.replace(
+        DONE, succeeded=False, error=ErrorKind.INTERRUPTED, message="update interrupted"
+    )
+    pods.log = [outcome_line(interrupted)]
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+
+    def evict_and_go() -> None:  # the watch sees the condition, then the deletion
+        pods.set_status("web-pulumi", {**pods.status, "conditions": [evicted]})
+        pods.delete_namespaced_pod("web-pulumi", "team", None)
+
+    pods.on_log = evict_and_go
+    outcome = finished(
+        runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+    )
+    assert outcome.error is ErrorKind.INTERRUPTED
+    assert "team/web-pulumi failed: Evicted: EvictionByEvictionAPI" in outcome.message
+
+
 def test_a_pod_evicted_and_gone_without_an_outcome_is_named_from_its_last_state() -> None:
     """No outcome; the pod is gone: the reason is read from its final (deleted) state."""
     pods = FakePods()
