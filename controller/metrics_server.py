@@ -17,7 +17,8 @@ seconds, so a Prometheus scraping every 30 s costs the API server two calls a mi
 The certificate comes from ``cert_dir`` (``tls.crt`` and ``tls.key``, a
 ``kubernetes.io/tls`` Secret's layout, read again when they change, e.g. after
 cert-manager renews them), else a self-signed one made at start-up (as controller-runtime
-does; scrapers then skip verification or pin it).
+does; scrapers then skip verification or pin it) by a child process, so this process never
+loads ``cryptography`` (``controller.self_signed``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from __future__ import annotations
 import datetime
 import hashlib
 import http.server
-import ipaddress
-import os
-import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from collections import OrderedDict
@@ -37,10 +37,6 @@ from typing import Any
 
 import structlog
 import urllib3
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -160,53 +156,58 @@ def _server_context() -> ssl.SSLContext:
     return context
 
 
-SELF_SIGNED_NAME = "pulumi-stack-operator-metrics"
+SELF_SIGNED_MODULE = "controller.self_signed"  # the child's program
+SELF_SIGNED_NAME = "pulumi-stack-operator-metrics"  # the certificate's common name
+CHILD_TIMEOUT = 60.0  # seconds for the child to write the pair
 
 
-def write_self_signed(
-    directory: Path, common_name: str = SELF_SIGNED_NAME, *, clock: Clock | None = None
+class SelfSignedError(RuntimeError):
+    """The child process could not make the self-signed pair."""
+
+
+def make_self_signed(
+    directory: Path, now: datetime.datetime, common_name: str = SELF_SIGNED_NAME
 ) -> None:
-    """A new self-signed pair for this host as ``tls.crt`` and ``tls.key`` (0600).
+    """Write a new self-signed pair into ``directory`` from a child process.
 
-    Valid from five minutes before ``clock.wall()`` (a ``RealClock`` by default) for a year.
+    The child runs ``controller.self_signed`` with this interpreter; this process never
+    loads ``cryptography``.
+
+    Raises:
+        SelfSignedError: the child failed (its last words in the message) or took longer
+            than ``CHILD_TIMEOUT``.
     """
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = (clock or RealClock()).wall()
-    names: list[x509.GeneralName] = [
-        x509.DNSName(socket.gethostname()),
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    fd = os.open(directory / "tls.key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
+    try:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                SELF_SIGNED_MODULE,
+                str(directory),
+                "--now",
+                now.isoformat(),
+                "--name",
+                common_name,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=CHILD_TIMEOUT,
         )
+    except subprocess.CalledProcessError as error:
+        words = error.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        msg = f"could not make a self-signed metrics certificate: {' '.join(words)}"
+        raise SelfSignedError(msg) from None
+    except subprocess.TimeoutExpired:
+        msg = f"making a self-signed metrics certificate took over {CHILD_TIMEOUT:.0f} s"
+        raise SelfSignedError(msg) from None
 
 
 def _self_signed_context(clock: Clock) -> ssl.SSLContext:
-    """A context serving a new self-signed certificate (``write_self_signed``)."""
+    """A context serving a new self-signed certificate (made by a child process)."""
     context = _server_context()
     # load_cert_chain reads files only: a private directory, removed at once.
     with tempfile.TemporaryDirectory(prefix="metrics-tls-") as directory:
-        write_self_signed(Path(directory), clock=clock)
+        make_self_signed(Path(directory), clock.wall())
         context.load_cert_chain(Path(directory) / "tls.crt", Path(directory) / "tls.key")
     return context
 

@@ -13,6 +13,8 @@ import datetime
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
 
+from controller import metrics_server
 from controller.clock import FAKE_EPOCH, FakeClock, RealClock
 from controller.metrics_server import (
     CACHE_TTL,
@@ -30,7 +33,8 @@ from controller.metrics_server import (
     Certificates,
     Reviewer,
     SecureMetricsServer,
-    write_self_signed,
+    SelfSignedError,
+    make_self_signed,
 )
 from testbed.control_plane import ControlPlane
 from testbed.rbac import METRICS_READER, operator_kubeconfig
@@ -148,8 +152,8 @@ def test_answers_are_cached_per_token_for_the_ttl() -> None:
     assert reviewer.calls == 3
 
 
-def served_name(url: str) -> str:
-    """The common name of the certificate ``url``'s server presents."""
+def served_certificate(url: str) -> x509.Certificate:
+    """The certificate ``url``'s server presents."""
     host, port = url.removeprefix("https://").split("/")[0].split(":")
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -159,20 +163,23 @@ def served_name(url: str) -> str:
     ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
-    [attribute] = x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(
-        NameOID.COMMON_NAME
-    )
+    return x509.load_der_x509_certificate(der)
+
+
+def served_name(url: str) -> str:
+    """The common name of the certificate ``url``'s server presents."""
+    [attribute] = served_certificate(url).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     return str(attribute.value)
 
 
 def test_a_certificate_renewed_on_disk_is_served_to_the_next_connection(tmp_path: Path) -> None:
     """``--metrics-cert-dir``: the pair is read again when its files change (cert-manager)."""
-    write_self_signed(tmp_path, "first")
+    make_self_signed(tmp_path, RealClock().wall(), "first")
     certificates = Certificates(tmp_path)
     reviewer = CountingReviewer({}, FakeClock())
     with serving(reviewer, certificates) as url:
         assert served_name(url) == "first"
-        write_self_signed(tmp_path, "second")
+        make_self_signed(tmp_path, RealClock().wall(), "second")
         later = (tmp_path / "tls.crt").stat().st_mtime + 5
         for name in ("tls.crt", "tls.key"):
             os.utime(tmp_path / name, (later, later))
@@ -186,11 +193,32 @@ def test_without_a_directory_the_certificate_is_self_signed_for_this_host() -> N
         assert served_name(url) == SELF_SIGNED_NAME
 
 
-def test_a_self_signed_certificate_is_valid_from_the_clocks_wall_time(tmp_path: Path) -> None:
+def test_a_self_signed_certificate_is_valid_from_the_clocks_wall_time() -> None:
     """Five minutes before ``clock.wall()`` to a year after: the clock's time, not the host's."""
-    clock = FakeClock(start=30.0)
-    write_self_signed(tmp_path, clock=clock)
-    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    reviewer = CountingReviewer({}, FakeClock())
+    with serving(reviewer, Certificates(None, clock=FakeClock(start=30.0))) as url:
+        cert = served_certificate(url)
     issued = FAKE_EPOCH + datetime.timedelta(seconds=30)
     assert cert.not_valid_before_utc == issued - datetime.timedelta(minutes=5)
     assert cert.not_valid_after_utc == issued + datetime.timedelta(days=365)
+
+
+def test_the_operator_process_never_loads_cryptography() -> None:
+    """The pair is made by a child: ``cryptography`` would stay resident (~9 MiB) for good."""
+    program = (
+        "import sys, controller.manager, pulumi_stack_operator.__main__; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", program], check=True, capture_output=True, text=True
+    ).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_a_child_that_fails_is_named_with_its_last_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken child fails start-up with its own error, not a bare exit status."""
+    monkeypatch.setattr(metrics_server, "SELF_SIGNED_MODULE", "controller.no_such_module")
+    with pytest.raises(SelfSignedError, match=r"self-signed .*No module named"):
+        make_self_signed(tmp_path, RealClock().wall())
