@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client
 
 from controller.cache import Object, ObjectKey
+from controller.coreapi import CoreApi
 from controller.informer import DeletedFinalStateUnknown
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
@@ -89,10 +90,10 @@ def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:
     if not name or not namespace:
         msg = "--runner=pod needs --run-image, or POD_NAME and POD_NAMESPACE to find its own"
         raise ValueError(msg)
-    pod = client.CoreV1Api(api_client).read_namespaced_pod(name, namespace)
-    for container in pod.spec.containers if pod.spec else ():
-        if container.name == OWN_CONTAINER:
-            return str(container.image)
+    pod = CoreApi(api_client).read_namespaced_pod(name, namespace)
+    for container in pod.get("spec", {}).get("containers", ()):
+        if container.get("name") == OWN_CONTAINER:
+            return str(container.get("image"))
     msg = f"pod {namespace}/{name} has no container named {OWN_CONTAINER}; set --run-image"
     raise ValueError(msg)
 

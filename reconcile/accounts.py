@@ -12,6 +12,7 @@ from typing import Protocol
 
 from kubernetes import client
 
+from controller.coreapi import CoreApi
 from controller.retry import with_retries
 from reconcile.context import Settings
 from reconcile.spec import StackSpec
@@ -31,7 +32,7 @@ class ServiceAccountReader:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         """Read through ``api_client``."""
-        self._api = client.CoreV1Api(api_client)
+        self._api = CoreApi(api_client)
 
     def labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """See ``AccountSource``; transient API failures are retried in the call."""
@@ -41,7 +42,7 @@ class ServiceAccountReader:
             if err.status == 404:
                 return None
             raise
-        return dict((account.metadata.labels if account.metadata else None) or {})
+        return dict(account.get("metadata", {}).get("labels") or {})
 
 
 def refused_account(

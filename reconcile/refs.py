@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from kubernetes import client
 
+from controller.coreapi import CoreApi
 from controller.retry import with_retries
 from reconcile.spec import ResourceRef
 from reconcile.spec.model import ConfigMapKeyRef
@@ -61,7 +62,7 @@ class SecretReader:
 
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         """Read Secrets of ``namespace`` through ``api_client``."""
-        self._api = client.CoreV1Api(api_client)
+        self._api = CoreApi(api_client)
         self._namespace = namespace
         self._secrets: dict[str, Mapping[str, str]] = {}
         self._config_maps: dict[str, Mapping[str, str] | None] = {}
@@ -75,10 +76,8 @@ class SecretReader:
                     msg = f'Secret "{name}" not found in namespace "{self._namespace}"'
                     raise MissingSecretError(msg) from None
                 raise
-            # data values are the base64 text of the API (a str; bytes in some models).
-            self._secrets[name] = {
-                k: v.decode() if isinstance(v, bytes) else v for k, v in (secret.data or {}).items()
-            }
+            # data values are the base64 text of the API.
+            self._secrets[name] = dict(secret.get("data") or {})
         return self._secrets[name]
 
     def resolve(self, ref: ResourceRef) -> str:
@@ -115,4 +114,4 @@ class SecretReader:
             if err.status in (403, 404):
                 return None
             raise
-        return dict(found.data or {})
+        return dict(found.get("data") or {})

@@ -57,6 +57,7 @@ from prometheus_client import CollectorRegistry, Counter
 from urllib3.exceptions import HTTPError
 
 from controller.clock import Clock, RealClock
+from controller.coreapi import CoreApi
 from controller.retry import is_transient
 from status.correlator import EventCorrelator, Occurrence, Write, truncate_message
 from status.eventref import ObjectRef
@@ -82,7 +83,7 @@ _DROP_REASONS = ("rate_limited", "queue_full", "closed", "invalid")
 
 
 class EventSink(Protocol):
-    """The two core/v1 calls the recorder makes (``client.CoreV1Api`` satisfies it)."""
+    """The two core/v1 calls the recorder makes (``controller.coreapi.CoreApi`` has them)."""
 
     def create_namespaced_event(
         self, namespace: str, body: client.CoreV1Event, *, _request_timeout: float
@@ -127,7 +128,9 @@ class EventRecorder:
         drives the correlation windows, the buckets and the retry waits (``now()``) and
         stamps ``firstTimestamp``/``lastTimestamp`` (``wall()``).
         """
-        self._sink: EventSink = sink if sink is not None else client.CoreV1Api(api_client)
+        if sink is None:
+            sink = CoreApi(api_client if api_client is not None else client.ApiClient())
+        self._sink: EventSink = sink
         self._instance = truncate(instance or socket.gethostname(), MAX_FIELD)
         self._clock: Clock = clock if clock is not None else RealClock()
         self._correlator = EventCorrelator(self._name_for)

@@ -26,7 +26,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator
-from typing import Self
+from typing import Any, Self
 
 import structlog
 from kubernetes import client
@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
+from controller.coreapi import CoreApi
 from workspace.runner import podspec
 from workspace.runner.channel import MAX_LINE
 from workspace.runner.job import RunJob
@@ -53,36 +54,30 @@ class PodApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         """Call the API server through ``api_client``."""
         self._api = api_client
-        self.core = client.CoreV1Api(api_client)
+        self.core = CoreApi(api_client)
 
     def read(self, job: RunJob) -> Pod | None:
         """The Stack's run pod, or None when there is none."""
         try:
-            found = self.core.read_namespaced_pod(
+            return self.core.read_namespaced_pod(
                 podspec.pod_name(job.stack_name), job.namespace, _request_timeout=API_TIMEOUT
             )
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        pod: Pod = self._api.sanitize_for_serialization(found)
-        return pod
 
     def create(self, job: RunJob, manifest: Pod) -> Pod:
         """Create the run pod ``manifest``; raises ``ApiException`` as the server refuses."""
-        created = self.core.create_namespaced_pod(
-            job.namespace,
-            manifest,  # type: ignore[arg-type]
-            _request_timeout=API_TIMEOUT,
+        return self.core.create_namespaced_pod(
+            job.namespace, manifest, _request_timeout=API_TIMEOUT
         )
-        pod: Pod = self._api.sanitize_for_serialization(created)
-        return pod
 
     def delete(self, job: RunJob, uid: str, *, grace: float | None = None) -> None:
         """Delete the Stack's run pod if it is still the one with ``uid``."""
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        body: dict[str, Any] = {"preconditions": {"uid": uid}}
         if grace is not None:
-            body.grace_period_seconds = int(grace) + 5
+            body["gracePeriodSeconds"] = int(grace) + 5
         try:
             self.core.delete_namespaced_pod(
                 podspec.pod_name(job.stack_name),
@@ -143,7 +138,7 @@ class PodApi:
         A read times out after ``LOG_READ_TIMEOUT`` seconds of silence: a connection a
         load balancer dropped is noticed, and the pod is looked at again.
         """
-        return self.core.read_namespaced_pod_log(  # type: ignore[return-value]
+        return self.core.read_namespaced_pod_log(
             podspec.pod_name(job.stack_name),
             job.namespace,
             container=podspec.CONTAINER,
@@ -157,7 +152,7 @@ class PodApi:
 
         An empty ``since`` starts with the pod's current state (an ``ADDED`` event).
         """
-        return self.core.list_namespaced_pod(  # type: ignore[return-value]
+        return self.core.list_namespaced_pod(
             job.namespace,
             field_selector=f"metadata.name={podspec.pod_name(job.stack_name)}",
             watch=True,
