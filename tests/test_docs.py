@@ -280,8 +280,13 @@ FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
 def own_tool_sources() -> str:
-    """The text of this repository's own tools (``hack/``, ``testbed/``, the Makefile)."""
-    files = [REPO / "Makefile", *(REPO / "hack").rglob("*"), *(REPO / "testbed").rglob("*.py")]
+    """The text of this repository's own tools (``hack/``, ``testbed/``, ``bench/``, Makefile)."""
+    files = [
+        REPO / "Makefile",
+        *(REPO / "hack").rglob("*"),
+        *(REPO / "testbed").rglob("*.py"),
+        *(REPO / "bench").rglob("*.py"),
+    ]
     return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files if p.is_file())
 
 
