@@ -53,7 +53,6 @@ class PodApi:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         """Call the API server through ``api_client``."""
-        self._api = api_client
         self.core = CoreApi(api_client)
 
     def read(self, job: RunJob) -> Pod | None:
