@@ -18,9 +18,17 @@ ServiceAccount's in-cluster variables) plus the Stack's ``envRefs``, never a ``P
 variable. SIGTERM (the pod being deleted: the operator interrupting the run, a node drain)
 interrupts the CLI the way Ctrl-C does; the outcome then says ``Interrupted``.
 
-A backend lock whose hostname is this pod's name was left by an earlier run pod of this
-Stack: the API server lets one pod of that name exist at a time, so that pod is gone and
-its lock is dead; it is released and the operation runs once more.
+A run the operator no longer sees (its node lost, its pod force-deleted) may still be going
+on, and a backend lock whose hostname is this pod's name was taken by a run pod of this
+Stack: the name alone proves nothing. So, for a ``file://`` backend, the agent keeps a
+lease on its CLI's lock (``workspace.runner.lease``: the lock's mtime, renewed every few
+seconds) and waits, before its operation and after a ``CONFLICT``, until no lock of its
+name stands: one that goes (its run ended) or whose lease lapses (its run is dead) is
+fine; one still renewed after ``fence.SETTLE_BOUND`` seconds is a ``CONFLICT``, waited
+for as any held lock. The agent fences its own run (``pulumi_stack_operator.fence``):
+once its pod is gone or its lease cannot be renewed, it interrupts its CLI (and kills it
+before its lease runs out), and once the operation is over it releases the lock its
+stopped CLI left. Other backends refuse a second update with their own lock.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +47,7 @@ from typing import Any
 
 from controller.clock import RealClock
 from controller.signals import relay_signals
+from pulumi_stack_operator.fence import SETTLE_BOUND, Fence, PodPresence
 from pulumi_stack_operator.pulumi_cli import pulumi_command
 from workspace.runner import (
     DEFAULT_CACHE_LIMIT,
@@ -56,8 +65,9 @@ from workspace.runner import (
     outcome_line,
     parse_line,
     progress_line,
-    release_own_locks,
 )
+from workspace.runner.lease import LeaseKeeper, Settled, settle_own
+from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, LockFile, StackLocks, stack_locks
 from workspace.source import (
     GitCredentials,
     ProgramDirError,
@@ -73,6 +83,7 @@ SOURCE = WORKSPACE / "source"
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
 CLOCK = RealClock()  # the run pod's one clock
+Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 
 
 @dataclass(frozen=True)
@@ -165,8 +176,11 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
     job = AgentJob.from_environment(environ)
     _forget_environment()
-    outcome = fitted(with_checkout_seconds(run(job, environ, stop)))
+    spent: list[LeaseKeeper] = []
+    outcome = fitted(with_checkout_seconds(run(job, environ, stop, spent)))
     print(outcome_line(outcome), flush=True)  # noqa: T201 - the report channel is stdout
+    for keeper in spent:  # once reported: the lock a stopped CLI left goes
+        keeper.release_spent()
     return 0
 
 
@@ -192,8 +206,17 @@ def with_checkout_seconds(outcome: Outcome) -> Outcome:
     return dataclasses.replace(outcome, seconds={**outcome.seconds, "checkout": seconds})
 
 
-def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Outcome:
-    """Run the job's operation on the checkout (once more after releasing a dead lock)."""
+def run(
+    job: AgentJob,
+    environ: Mapping[str, str],
+    stop: threading.Event,
+    spent: list[LeaseKeeper] | None = None,
+) -> Outcome:
+    """Run the job's operation on the checkout, fenced (see the module docstring).
+
+    The lease keepers of the operation are added to ``spent``: ``release_spent`` once
+    the outcome is reported.
+    """
     started = _now()
     if CHECKOUT_FAILED.exists():
         failed = parse_line(CHECKOUT_FAILED.read_text().strip())
@@ -207,10 +230,91 @@ def run(job: AgentJob, environ: Mapping[str, str], stop: threading.Event) -> Out
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
     runner = local_runner(environ)
     operate = runner.destroy if job.operation == "destroy" else runner.run
-    outcome = operate(request, on_progress=_print_progress, stop=stop)
-    if outcome.error is ErrorKind.CONFLICT and release_own_locks(request, runner.pulumi_home):
-        outcome = operate(request, on_progress=_print_progress, stop=stop)
-    return outcome
+    fence = Fence(stop, CLOCK, pod=PodPresence.from_environment(environ, CLOCK))
+    locks = stack_locks(request, runner.pulumi_home)
+    with fence.watching():
+        if locks is None:  # not a file backend: the backend's own lock refuses a second update
+            outcome = operate(request, on_progress=_print_progress, stop=stop)
+        else:
+            outcome = _leased(Leased(job, operate, request, locks, fence), spent)
+    return _fenced(outcome, fence)
+
+
+@dataclass(frozen=True)
+class Leased:
+    """One operation on a ``file://`` backend, and what it needs to keep its lease."""
+
+    job: AgentJob
+    operate: Operate
+    request: UpdateRequest
+    locks: StackLocks
+    fence: Fence
+
+
+def _leased(leased: Leased, spent: list[LeaseKeeper] | None) -> Outcome:
+    """Run once no earlier run pod's lock stands; again after releasing a lapsed one."""
+    started = _now()
+    waited = _settled(leased, started, conflict=None)
+    if waited is not None:
+        return waited
+    outcome = _kept(leased, spent)
+    if outcome.error is not ErrorKind.CONFLICT:
+        return outcome
+    waited = _settled(leased, started, conflict=outcome)
+    return _kept(leased, spent) if waited is None else waited
+
+
+def _settled(leased: Leased, started: datetime, conflict: Outcome | None) -> Outcome | None:
+    """None to run (now, or again after a ``conflict``), else the outcome instead.
+
+    Before the first run: None unless a lock of this pod's name is still renewed (a
+    ``CONFLICT`` naming it) or the run is stopped. After a ``conflict``: None only once
+    such locks lapsed and were released; else that conflict (or one naming the lock).
+    """
+    fence = leased.fence
+    settled = settle_own(leased.locks, CLOCK, fence.stop, bound=SETTLE_BOUND)
+    job = leased.job
+    if settled.state is Settled.STOPPED:
+        message = "stopped while waiting for an earlier run pod of this Stack to end"
+        return _failed(job, started, ErrorKind.INTERRUPTED, message)
+    if settled.state is Settled.HELD:
+        return _failed(job, started, ErrorKind.CONFLICT, held_message(settled.held))
+    if conflict is not None and settled.state is Settled.FREE:
+        return conflict
+    return None
+
+
+def _kept(leased: Leased, spent: list[LeaseKeeper] | None) -> Outcome:
+    """The operation, its CLI's lock leased (and fenced) while it runs."""
+    keeper = LeaseKeeper(leased.locks, CLOCK)
+    if spent is not None:
+        spent.append(keeper)
+    with leased.fence.keeping(keeper):
+        return leased.operate(leased.request, on_progress=_print_progress, stop=leased.fence.stop)
+
+
+def held_message(lock: LockFile | None) -> str:
+    """The ``CONFLICT`` message of a lock an earlier run pod of this Stack still renews.
+
+    The same words for as long as the same pod holds it (no time in them): a waiting
+    verdict is rewritten only when what it says changes.
+    """
+    host = lock.info.hostname if lock is not None else None
+    lapse = LEASE_SECONDS + LEASE_MARGIN
+    return (
+        f"the stack is locked by an earlier run pod of this Stack ({host or 'this name'}) "
+        "that may still be running, on a node the cluster lost or after its pod was "
+        f"force-deleted; it is waited for until it ends, or until its lease lapses "
+        f"({lapse:.0f} s without renewal)"
+    )
+
+
+def _fenced(outcome: Outcome, fence: Fence) -> Outcome:
+    """``outcome``, saying first why the run stopped itself when the fence stopped it."""
+    if fence.reason is None or outcome.succeeded:
+        return outcome
+    message = f"the run stopped itself: {fence.reason}; {outcome.message}"
+    return dataclasses.replace(outcome, message=message)
 
 
 def local_runner(environ: Mapping[str, str]) -> LocalRunner:

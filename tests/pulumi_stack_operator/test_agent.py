@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.clock import FakeClock
 from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
+from pulumi_stack_operator.fence import SETTLE_BOUND, Fence
 from pulumi_stack_operator.pulumi_cli import PulumiCli
-from workspace.runner import EnvSources, ErrorKind, failed_outcome
+from workspace.runner import EnvSources, ErrorKind, Outcome, UpdateRequest, failed_outcome
+from workspace.runner.lease import RENEW_SECONDS
+from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, StackLocks
 from workspace.runner.scrub import Scrubber
 
 JOB = {
@@ -198,3 +208,169 @@ def test_the_agent_starts_without_the_kubernetes_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# -- an earlier run pod's lock, and the run's own lease ------------------------------------
+
+
+class Operations:
+    """A stand-in for ``LocalRunner.run``: each call returns the next outcome given."""
+
+    def __init__(self, *outcomes: Outcome, before: Callable[[int], None] | None = None) -> None:
+        """Return ``outcomes`` in turn; ``before(n)`` runs first on the n-th call (from 0)."""
+        self.outcomes, self.before, self.calls = list(outcomes), before, 0
+
+    def __call__(self, request: UpdateRequest, **options: Any) -> Outcome:
+        """The next outcome."""
+        del request, options
+        if self.before is not None:
+            self.before(self.calls)
+        self.calls += 1
+        return self.outcomes.pop(0)
+
+
+def outcome(error: ErrorKind | None = None, message: str = "") -> Outcome:
+    """A succeeded ``up`` (no ``error``) or a failed one."""
+    now = datetime.now(UTC)
+    failed = failed_outcome("up", error or ErrorKind.UPDATE_FAILED, message, now, now)
+    return failed if error else dataclasses.replace(failed, succeeded=True, error=ErrorKind.NONE)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The agent's clock, faked."""
+    clock = FakeClock()
+    monkeypatch.setattr(agent, "CLOCK", clock)
+    return clock
+
+
+@pytest.fixture
+def stack_locks(tmp_path: Path) -> StackLocks:
+    """The stack's lock directory in a file backend."""
+    return StackLocks((tmp_path / "backend" / ".pulumi" / "locks" / "organization" / "p" / "dev",))
+
+
+def lock_of(locks: StackLocks, clock: FakeClock, *, age: float, host: str | None = None) -> Path:
+    """A lock of this pod's name (or ``host``'s), renewed ``age`` seconds ago."""
+    directory = locks.dirs[0]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{len(list(directory.iterdir()))}.json"
+    info = {"pid": 1, "hostname": host or socket.gethostname(), "timestamp": "2026-01-01T00:00:00Z"}
+    path.write_text(json.dumps(info))
+    stamp = (clock.wall() - timedelta(seconds=age)).timestamp()
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def leased(operate: Operations, locks: StackLocks, clock: FakeClock) -> agent.Leased:
+    """The operation of ``JOB`` on ``locks``, fenced on ``clock``."""
+    request = UpdateRequest(work_dir=Path("/nowhere"), stack="dev", env={})
+    job = AgentJob(JOB, "up", {})
+    return agent.Leased(job, operate, request, locks, Fence(threading.Event(), clock))
+
+
+def run_leased(work: agent.Leased, clock: FakeClock, *, renew: Path | None = None) -> Outcome:
+    """``_leased`` on a thread, the clock stepped until it returns (``renew``: kept fresh)."""
+    result: list[Outcome] = []
+    thread = threading.Thread(target=lambda: result.append(agent._leased(work, None)), daemon=True)  # noqa: SLF001
+    thread.start()
+    while not result:
+        if clock.wait_for_waiters(timeout=0.5):
+            clock.step(RENEW_SECONDS)
+            if renew is not None and renew.exists():
+                os.utime(renew, (clock.wall().timestamp(),) * 2)
+        thread.join(timeout=0.01)
+    return result[0]
+
+
+def test_a_run_waits_for_an_earlier_run_pods_lock_to_lapse_then_takes_it(
+    fake_clock: FakeClock, stack_locks: StackLocks
+) -> None:
+    """A lock of this pod's name renewed just now: nothing runs until its lease has lapsed."""
+    held = lock_of(stack_locks, fake_clock, age=0)
+    ran_at: list[float] = []
+    operate = Operations(outcome(), before=lambda _n: ran_at.append(fake_clock.now()))
+
+    done = run_leased(leased(operate, stack_locks, fake_clock), fake_clock)
+
+    assert done.succeeded
+    assert ran_at
+    assert ran_at[0] > LEASE_SECONDS + LEASE_MARGIN
+    assert not held.exists()
+
+
+def test_a_lock_renewed_all_along_is_a_conflict_and_no_run(
+    fake_clock: FakeClock, stack_locks: StackLocks
+) -> None:
+    """An earlier run pod that goes on renewing its lock: CONFLICT naming it; the CLI never runs."""
+    held = lock_of(stack_locks, fake_clock, age=0)
+    operate = Operations(outcome())
+
+    done = run_leased(leased(operate, stack_locks, fake_clock), fake_clock, renew=held)
+
+    assert done.error is ErrorKind.CONFLICT
+    assert f"locked by an earlier run pod of this Stack ({socket.gethostname()}" in done.message
+    assert "may still be running" in done.message
+    assert operate.calls == 0
+    assert held.exists()
+    assert fake_clock.now() >= SETTLE_BOUND
+
+
+def test_a_conflict_over_a_lapsed_lock_of_this_name_runs_once_more(
+    fake_clock: FakeClock, stack_locks: StackLocks
+) -> None:
+    """The CLI met a lock of this pod's name that lapsed: released, and the run goes again."""
+    stale: list[Path] = []
+
+    def lock_appears(call: int) -> None:
+        if call == 0:
+            stale.append(lock_of(stack_locks, fake_clock, age=LEASE_SECONDS + LEASE_MARGIN + 1))
+
+    operate = Operations(outcome(ErrorKind.CONFLICT, "locked"), outcome(), before=lock_appears)
+
+    done = run_leased(leased(operate, stack_locks, fake_clock), fake_clock)
+
+    assert done.succeeded
+    assert operate.calls == 2
+    assert not stale[0].exists()
+
+
+def test_another_hosts_lock_is_the_clis_conflict(
+    fake_clock: FakeClock, stack_locks: StackLocks
+) -> None:
+    """A lock another host took (a CI job, a human): the CLI's CONFLICT stands, nothing released."""
+    foreign = lock_of(stack_locks, fake_clock, age=10_000, host="laptop")
+    operate = Operations(outcome(ErrorKind.CONFLICT, "the stack is currently locked"))
+
+    done = run_leased(leased(operate, stack_locks, fake_clock), fake_clock)
+
+    assert (done.error, done.message) == (ErrorKind.CONFLICT, "the stack is currently locked")
+    assert operate.calls == 1
+    assert foreign.exists()
+
+
+def test_a_stop_while_waiting_interrupts_without_running(
+    fake_clock: FakeClock, stack_locks: StackLocks
+) -> None:
+    """Stopped while an earlier run pod's lock is waited for: INTERRUPTED; nothing ran."""
+    lock_of(stack_locks, fake_clock, age=0)
+    operate = Operations(outcome())
+    work = leased(operate, stack_locks, fake_clock)
+    result: list[Outcome] = []
+    thread = threading.Thread(target=lambda: result.append(agent._leased(work, None)), daemon=True)  # noqa: SLF001
+    thread.start()
+    assert fake_clock.wait_for_waiters()
+    work.fence.stop.set()
+    thread.join(timeout=10)
+    assert result[0].error is ErrorKind.INTERRUPTED
+    assert operate.calls == 0
+
+
+def test_a_fenced_run_says_why_it_stopped(fake_clock: FakeClock) -> None:
+    """The fence stopped the run: its outcome says so first; a success is left as it is."""
+    guard = Fence(threading.Event(), fake_clock)
+    guard.reason = "its pod was deleted"
+    interrupted = outcome(ErrorKind.INTERRUPTED, "interrupted")
+    told = agent._fenced(interrupted, guard)  # noqa: SLF001
+    assert told.message == "the run stopped itself: its pod was deleted; interrupted"
+    assert agent._fenced(outcome(), guard).message == ""  # noqa: SLF001
