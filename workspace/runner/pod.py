@@ -46,9 +46,13 @@ Guarantees:
 * ``stop`` with cause ``shutdown`` (the operator is stopping) leaves the pod running and
   returns ``Detached``; any other cause deletes the pod with its grace period: the agent
   interrupts the CLI the way Ctrl-C does and reports ``INTERRUPTED``.
-* Backend locks are the pod's business: a lock left by an earlier run pod of the Stack
-  (same hostname: the pod's name) is released by the agent; ``locks``,
-  ``clear_stale_lock`` and ``cancel`` do nothing here.
+* Backend locks are the pod's business: ``locks``, ``clear_stale_lock`` and ``cancel``
+  do nothing here. A run pod the operator no longer sees (its node lost, the pod
+  force-deleted) may still run; its agent holds a lease on its lock and stops itself
+  once its pod is gone, and the next run pod's agent runs its program only once that
+  lock has gone or its lease has lapsed (``workspace.runner.lease``). So the operator
+  may start the next run pod as soon as the API server lets it (the earlier pod gone):
+  the agent, which can read the backend, is where overlapping runs are refused.
 """
 
 from __future__ import annotations

@@ -72,8 +72,9 @@ def node_lost(pod: Pod, now: datetime) -> tuple[str, str] | None:
     message = (
         f"its node {node_name(pod) or '(unknown)'} has not been ready since "
         f"{since.isoformat()} ({seconds:.0f} s, more than the pod's {limit:.0f} s grace): "
-        "the run's outcome is unknown (the update may have gone on there); the pod is "
-        "deleted and the next run takes over the stack's lock. Check the node "
+        "the run's outcome is unknown (the update may go on there); the pod is deleted, and "
+        "the next run starts once it is gone and runs its program only once the lost run "
+        "is over (it stops itself once it learns its pod is gone). Check the node "
         "(kubectl describe node) if this repeats"
     )
     return NODE_NOT_READY, message

@@ -26,7 +26,10 @@ Guarantees:
   Ready for its node for longer than the pod's termination grace period
   (``podnode.node_lost``), the run fails ``NodeNotReady`` naming the node and since when,
   and the pod is deleted (it goes once the node is back, or is force-deleted). Its
-  outcome is unknown; the agent of the Stack's next run pod releases the lock it left.
+  outcome is unknown, and it may still be going on there: concluding it proves nothing
+  about its program. Its agent stops it once it learns its pod is gone
+  (``pulumi_stack_operator.fence``), and the agent of the Stack's next run pod runs
+  nothing while the lost run's lock is still renewed (``workspace.runner.lease``).
 """
 
 from __future__ import annotations
