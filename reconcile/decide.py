@@ -140,7 +140,15 @@ def _after_failure(
 
 
 def _stalled_by_the_run(status: Mapping[str, Any]) -> bool:
-    """The last run's failure stalled the Stack: retrying the same inputs cannot help."""
+    """The last run's failure stalled the Stack: retrying the same inputs cannot help.
+
+    ``lastUpdate`` says so (its ``stalled`` and ``reason``), whatever verdict about the
+    run's inputs has been shown since; one written before it recorded them is judged by
+    the Stalled condition.
+    """
+    last = status.get("lastUpdate") or {}
+    if "stalled" in last:
+        return bool(last["stalled"]) and last.get("reason") in STALLED_BY_A_RUN
     stalled = get_condition(status, STALLED)
     return (
         stalled is not None

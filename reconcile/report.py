@@ -19,7 +19,7 @@ from reconcile.budget import capped_outputs
 from reconcile.context import Mutation
 from reconcile.decide import Observed
 from reconcile.sources import short_revision
-from reconcile.verdict import summary
+from reconcile.verdict import Conditions, Shape, summary
 from status import conditions as cond
 from workspace.runner import ErrorKind, Outcome, Progress
 
@@ -82,13 +82,19 @@ def progress(
 
 
 def concluded(
-    observed: Observed, outcome: Outcome, failures: int, now: datetime.datetime
+    observed: Observed,
+    outcome: Outcome,
+    failures: int,
+    now: datetime.datetime,
+    earned: Conditions | None,
 ) -> Mutation:
     """Record a finished run (``outcome`` as recorded, ending ``now``) in the status.
 
-    ``projectInfo`` is the project the run read (kept when the run did not get that far).
+    ``earned``: the conditions the run's verdict writes (``verdict_fields`` says what of
+    them ``lastUpdate`` keeps). ``projectInfo`` is the project the run read (kept when the
+    run did not get that far).
     """
-    last = last_update(observed, outcome, failures, now)
+    last = {**last_update(observed, outcome, failures, now), **verdict_fields(earned)}
     project = outcome.project
 
     def apply(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,19 +137,26 @@ def last_update(
     return last
 
 
-def not_started(
-    observed: Observed, operation: str, message: str, failures: int, now: datetime.datetime
+def not_started(  # noqa: PLR0913 - each argument is a separate fact
+    observed: Observed,
+    operation: str,
+    message: str,
+    failures: int,
+    now: datetime.datetime,
+    earned: Conditions | None,
 ) -> Mutation:
     """Record an announced run that could not start as a failed attempt in ``lastUpdate``.
 
     So no run is announced again with every write: the next one waits for what the
-    failure's verdict says (a change, or the failures' backoff).
+    failure's verdict says (a change, or the failures' backoff). ``earned`` as for
+    ``concluded``.
     """
     previous = observed.status.get("lastUpdate") or {}
     last = {
         # An interrupted run that now cannot start is no longer interrupted: carried over,
         # the mark would make every pass run again at once (no backoff, no cap).
-        **{field: value for field, value in previous.items() if field != "interrupted"},
+        # Neither are what the previous run earned: this attempt's verdict says its own.
+        **{f: v for f, v in previous.items() if f not in {"interrupted", "reason", "stalled"}},
         "state": "failed",
         "type": operation,
         "generation": observed.generation,
@@ -152,12 +165,25 @@ def not_started(
         "lastResyncTime": cond.now_rfc3339(now),
         "message": message,
         "failures": failures,
+        **verdict_fields(earned),
     }
 
     def apply(status: Mapping[str, Any]) -> dict[str, Any]:
         return {**status, "lastUpdate": last}
 
     return apply
+
+
+def verdict_fields(earned: Conditions | None) -> dict[str, Any]:
+    """What ``lastUpdate`` keeps of the conditions a run earned: ``reason`` and ``stalled``.
+
+    With them, a Stack whose run's status a later verdict about its inputs replaced (its
+    source not ready, a Secret missing…) returns to exactly that status once the inputs
+    are mended (``reconcile.earned``), and ``decide`` knows whether the run stalled it.
+    """
+    if earned is None:
+        return {}
+    return {"reason": str(earned.reason), "stalled": earned.shape is Shape.STALLED}
 
 
 def history(status: Mapping[str, Any], outcome: Outcome, observed: Observed) -> list[Any]:

@@ -155,7 +155,8 @@ class Runs:
         verdict = verdicts.of_run(facts, plan.spec, self._settings.policy)
         observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
         failures = verdict.failures or 0
-        fields = report.concluded(plan.observed, verdicts.recorded(facts), failures, now)
+        outcome = verdicts.recorded(facts)
+        fields = report.concluded(plan.observed, outcome, failures, now, verdict.conditions)
         return self._effects.execute(at, verdict, also=fields, now=now)
 
     def _conclude_orphaned(self, at: Pass, plan: Plan) -> None:
@@ -170,7 +171,9 @@ class Runs:
         self._parts.metrics.observe_update(
             outcome.operation, verdict.update_result, (now - outcome.started).total_seconds(), {}
         )
-        fields = report.concluded(plan.observed, outcome, plan.previous_failures, now)
+        fields = report.concluded(
+            plan.observed, outcome, plan.previous_failures, now, verdict.conditions
+        )
         self._effects.execute(at, verdict, also=fields, now=now)
 
     def _not_started(
@@ -192,7 +195,9 @@ class Runs:
         else:
             verdict = verdicts.not_started(reason, message, previous, fresh=fresh)
         failures = verdict.failures or 0
-        fields = report.not_started(plan.observed, plan.operation, message, failures, now)
+        fields = report.not_started(
+            plan.observed, plan.operation, message, failures, now, verdict.conditions
+        )
         return self._effects.execute(at, verdict, also=fields, now=now)
 
     def _orphaned(self, plan: Plan) -> bool:

@@ -10,11 +10,14 @@
    suspended → report and stop;
 4. prerequisites not ready → ``DependencyNotReady``, poll;
 5. resolve the commit (``git ls-remote`` for a tracked branch) and ``decide`` whether a run
-   is due — when not, write nothing and requeue for the next poll;
+   is due — when not, write nothing and requeue for the next poll, unless the Stack shows
+   a verdict about its inputs that its last run did not earn (``reconcile.earned``);
 6. with runs in pods, check the ServiceAccount may run Stacks (refused → Stalled
    ``InvalidSpec``, looked at again every poll: an admin's label mends it);
-7. resolve the run's Secrets, then ``reconcile.run`` carries it out: report it started,
-   check out the source, run Pulumi with live progress, conclude.
+7. resolve the run's Secrets and ConfigMap keys; then, with nothing due, the Stack returns
+   to the status its last run earned (every input is there again: the verdict has ended);
+   with a run due, ``reconcile.run`` carries it out: report it started, check out the
+   source, run Pulumi with live progress, conclude.
 
 Every situation ends in a verdict (``reconcile.verdict``: conditions, Event, requeue),
 which ``reconcile.effects`` executes: this module classifies nothing itself. Every
@@ -23,13 +26,14 @@ collaborator is injected (``reconcile.collaborators.Collaborators``), the clock 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from controller.cache import ObjectKey
 from controller.reconciler import Result
-from reconcile import prerequisites, source_verdicts, tenancy
+from reconcile import earned, prerequisites, source_verdicts, tenancy
 from reconcile import verdict as verdicts
 from reconcile.accounts import refused_account
 from reconcile.acknowledge import acknowledgment
@@ -140,19 +144,26 @@ class StackReconciler:
             revision = self._preparer.revision(at.key, spec, credentials)
             observed = Observed(at.generation, at.status, at.requests, revision.commit, now)
             decision = decide(spec, observed, policy)
-            if not decision.due:
+            back = None if decision.due else earned.returned(at.status, spec, policy)
+            if not decision.due and back is None:
                 return self._not_due(at, decision)
+            # A due run, or a verdict about the run's inputs still shown: it ends only
+            # once every input a run would need is there (status contract rule 29).
             refused = refused_account(self._parts.accounts, self._settings, at.key.namespace, spec)
             if refused is not None:
                 return self._effects.execute(at, verdicts.account_refused(refused, policy))
             inputs = self._preparer.inputs(at.key, spec, secrets)
         except (MissingSecretError, SourceError, SourceNotReadyError, ProgramInvalidError) as err:
             return self._unavailable(at, err)
+        if back is not None:  # nothing due: the status the last run earned stands again
+            verdict = dataclasses.replace(back, requeue_after=decision.requeue_after)
+            return self._effects.execute(at, verdict)
         plan = Plan(spec, observed, decision, inputs, credentials, revision)
         return self._runs.run(at, plan, stop)
 
     def _not_due(self, at: Pass, decision: Decision) -> Result:
-        if decision.exhausted:
+        """Nothing to run, and the Stack shows what its last run earned: write nothing."""
+        if decision.exhausted:  # a lastUpdate from before the run's verdict was recorded
             return self._effects.execute(at, verdicts.exhausted(at.status, decision.requeue_after))
         return Result(requeue_after=decision.requeue_after)
 

@@ -279,10 +279,9 @@ def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
     )
     if outcome.succeeded:
         done = summary(outcome)
-        message = f"{done} at {revision_text(facts.commit)}"
         return dataclasses.replace(
             conclusion,
-            conditions=Conditions(Shape.SUCCEEDED, Reason.SUCCEEDED, message),
+            conditions=applied(done, facts.commit),
             event=Notice(Reason.SUCCEEDED, done),
             requeue_after=resync_period(spec),
         )
@@ -295,10 +294,9 @@ def of_run(facts: RunFacts, spec: StackSpec, policy: Policy) -> Verdict:
             event=Notice(Reason.INTERRUPTED, event or "Update interrupted by shutdown"),
         )
     if outcome.error is ErrorKind.CONFLICT:
-        message = f"Waiting for another update to finish: {outcome.message}"
         return dataclasses.replace(
             conclusion,
-            conditions=Conditions(Shape.WAITING, Reason.UPDATE_CONFLICT, message),
+            conditions=waiting_for_lock(outcome.message),
             event=Notice(Reason.UPDATE_CONFLICT, outcome.message, on_change=True),
             requeue_after=policy.wait_poll,
         )
@@ -315,19 +313,43 @@ def _failed(
     if reason in NEEDS_A_CHANGE or outcome.error in STALLING_KINDS:
         conditions = Conditions(Shape.STALLED, reason, outcome.message)
     elif failures >= policy.max_update_failures:
-        message = (
-            f"{outcome.operation} failed {failures} times in a row; not retrying until the "
-            f"Stack, its source or a reconcile request changes. Last error: {outcome.message}"
-        )
+        message = exhausted_message(outcome.operation, failures, outcome.message)
         conditions = Conditions(Shape.STALLED, Reason.RETRIES_EXHAUSTED, message)
         event = Notice(Reason.RETRIES_EXHAUSTED, outcome.message)
     else:
         requeue_after = backoff(failures, spec, policy)
-        at = cond.now_rfc3339(facts.now + datetime.timedelta(seconds=requeue_after))
-        retry = f"Attempt {failures} failed; retrying at {at}"
-        conditions = Conditions(Shape.RETRYING, reason, outcome.message, retry)
+        conditions = retrying(reason, outcome.message, failures, facts.now, requeue_after)
     return dataclasses.replace(
         conclusion, conditions=conditions, event=event, requeue_after=requeue_after
+    )
+
+
+def applied(done: str, commit: str) -> Conditions:
+    """The conditions of a successful run at ``commit`` (``done``: its ``summary``)."""
+    return Conditions(Shape.SUCCEEDED, Reason.SUCCEEDED, f"{done} at {revision_text(commit)}")
+
+
+def waiting_for_lock(message: str) -> Conditions:
+    """The conditions of a run that found the stack locked by another update (``message``)."""
+    text = f"Waiting for another update to finish: {message}"
+    return Conditions(Shape.WAITING, Reason.UPDATE_CONFLICT, text)
+
+
+def exhausted_message(operation: str, failures: int, last_error: str) -> str:
+    """Stalled's message once ``failures`` failures in a row reached the cap."""
+    return (
+        f"{operation} failed {failures} times in a row; not retrying until the "
+        f"Stack, its source or a reconcile request changes. Last error: {last_error}"
+    )
+
+
+def retrying(
+    reason: Reason, message: str, failures: int, ended: datetime.datetime, wait: float
+) -> Conditions:
+    """The conditions of the ``failures``-th failure in a row, ended at ``ended``: retried."""
+    at = cond.now_rfc3339(ended + datetime.timedelta(seconds=wait))
+    return Conditions(
+        Shape.RETRYING, reason, message, f"Attempt {failures} failed; retrying at {at}"
     )
 
 
