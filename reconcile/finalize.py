@@ -2,9 +2,11 @@
 
 A Stack being deleted with ``spec.destroyOnFinalize`` (and not ``preview``) has its
 resources destroyed and its stack removed first (``Destroying``); a destroy that cannot be
-prepared or fails keeps the finalizer and says why (``DeletionBlocked``, retried with
-backoff) until it succeeds or the user gives up on it (``destroyOnFinalize: false``, or
-removing the finalizer). Then the finalizer goes, with the Stack's work directory.
+prepared or fails keeps the finalizer and says why (``DeletionBlocked``), and is tried
+again after the failures' backoff, as a failed run is (``lastUpdate`` records the failed
+destroy, so no pass in between destroys again), until it succeeds or the user gives up on
+it (``destroyOnFinalize: false``, or removing the finalizer). Then the finalizer goes, with
+the Stack's work directory.
 A spec that does not parse destroys nothing: nothing can have been deployed from it by us.
 A Stack whose Flux source or Program is gone is destroyed from the project the last run
 recorded (``status.projectInfo``), unless ``runProgram`` asks for the program itself.
@@ -12,6 +14,7 @@ recorded (``status.projectInfo``), unless ``runProgram`` asks for the program it
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -20,7 +23,9 @@ from typing import Any
 import structlog
 import yaml
 
+from controller.clock import parse_time
 from controller.reconciler import Result, TransientError
+from reconcile import report
 from reconcile import verdict as verdicts
 from reconcile.accounts import refused_account
 from reconcile.collaborators import Collaborators
@@ -28,6 +33,7 @@ from reconcile.context import Pass, Plan, Settings
 from reconcile.decide import Decision, Observed, Requests
 from reconcile.effects import Effects
 from reconcile.operate import Attempt, Operator
+from reconcile.policy import Policy, backoff
 from reconcile.prepare import Preparer, RemoteSpecError
 from reconcile.refs import MissingSecretError
 from reconcile.resource import FINALIZER
@@ -56,6 +62,25 @@ def minimal_project(info: Any) -> str | None:  # noqa: ANN401 - a status field, 
     if not (isinstance(name, str) and name and isinstance(runtime, str) and runtime):
         return None
     return yaml.safe_dump({"name": name, "runtime": runtime}, sort_keys=True)
+
+
+def destroy_failures(status: Mapping[str, Any]) -> int:
+    """How many destroys in a row failed, per ``status.lastUpdate`` (0: none recorded)."""
+    last = status.get("lastUpdate") or {}
+    if last.get("type") != "destroy" or last.get("state") != "failed":
+        return 0
+    return int(last.get("failures") or 0)
+
+
+def destroy_wait(
+    status: Mapping[str, Any], spec: StackSpec, policy: Policy, now: datetime.datetime
+) -> float:
+    """Seconds until a failed destroy may be tried again (0: now), as a failed run waits."""
+    failures = destroy_failures(status)
+    if failures == 0:
+        return 0.0
+    ended = parse_time((status.get("lastUpdate") or {}).get("lastResyncTime")) or now
+    return max(0.0, backoff(failures, spec, policy) - (now - ended).total_seconds())
 
 
 def has_finalizer(at: Pass) -> bool:
@@ -91,13 +116,24 @@ class Finalizer:
         except SpecError:
             spec = None
         if spec is not None and spec.destroy_on_finalize and not spec.preview:
-            self._destroy(at, spec, stop)
+            blocked = self._destroy(at, spec, stop)
+            if blocked is not None:
+                return blocked
         self._set(at, lambda finalizers: [f for f in finalizers if f != FINALIZER])
         shutil.rmtree(self._settings.stack_dir(at.key), ignore_errors=True)
         return Result()
 
-    def _destroy(self, at: Pass, spec: StackSpec, stop: threading.Event) -> None:
-        """Destroy the stack; raise ``TransientError`` (``DeletionBlocked``) unless it worked."""
+    def _destroy(self, at: Pass, spec: StackSpec, stop: threading.Event) -> Result | None:
+        """Destroy the stack: None once destroyed, else the blocked pass's result.
+
+        A destroy that failed is tried again only after its backoff (``destroy_wait``).
+
+        Raises:
+            TransientError: the operator is stopping while the destroy goes on in its pod.
+        """
+        now = self._parts.clock.wall()
+        if (wait := destroy_wait(at.status, spec, self._settings.policy, now)) > 0:
+            return Result(requeue_after=wait)
         self._effects.execute(at, verdicts.destroying(FINALIZER))
         try:
             plan = self._plan(at, spec)
@@ -109,17 +145,37 @@ class Finalizer:
             ProgramDirError,
             RemoteSpecError,
         ) as err:
-            blocked = verdicts.deletion_blocked(f"cannot prepare destroy: {err}", FINALIZER)
-            self._effects.execute(at, blocked)
-            return
+            return self._not_prepared(at, spec, f"cannot prepare destroy: {err}")
         attempt = Attempt(request, self._settings.timeout(spec))
         operated = self._operator.destroy(attempt, stop)
         if isinstance(operated, Detached):  # its pod goes on; so does deletion
             msg = "the operator is stopping; the destroy goes on in its run pod"
             raise TransientError(msg)
-        verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER)
+        retry = self._retry(at, spec)
+        verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER, retry)
         observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
-        self._effects.execute(at, verdict)
+        if verdict.conditions is None:  # destroyed
+            self._effects.execute(at, verdict)
+            return None
+        outcome = verdicts.concluded(operated.outcome, operated.deadline)
+        fields = report.concluded(plan.observed, outcome, retry.failures, retry.now, None)
+        return self._effects.execute(at, verdict, also=fields, now=retry.now)
+
+    def _not_prepared(self, at: Pass, spec: StackSpec, why: str) -> Result:
+        """A destroy that could not even start: blocked, recorded as a failed attempt."""
+        retry = self._retry(at, spec)
+        blocked = verdicts.deletion_blocked(why, FINALIZER, retry)
+        last = at.status.get("lastUpdate") or {}
+        commit = str(last.get("lastAttemptedCommit") or "")
+        observed = Observed(at.generation, at.status, Requests(), commit, retry.now)
+        fields = report.not_started(observed, "destroy", why, retry.failures, retry.now, None)
+        return self._effects.execute(at, blocked, also=fields, now=retry.now)
+
+    def _retry(self, at: Pass, spec: StackSpec) -> verdicts.DestroyRetry:
+        """The next attempt of a destroy that failed now, after the failures' backoff."""
+        failures = destroy_failures(at.status) + 1
+        wait = backoff(failures, spec, self._settings.policy)
+        return verdicts.DestroyRetry(failures, wait, self._parts.clock.wall())
 
     def _plan(self, at: Pass, spec: StackSpec) -> Plan:
         """What the destroy runs: the Stack's source at its current commit, its Secrets."""

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
-from controller.reconciler import Result, TransientError
+from controller.reconciler import Result
 from reconcile.stack import FINALIZER
 from status.conditions import Reason
 from status.events import WARNING
@@ -52,8 +50,8 @@ def test_a_failed_destroy_keeps_the_finalizer_until_the_user_gives_up(h: Harness
     h.reconcile()
     h.delete()
     h.runner.then(h.fail(operation="destroy", message="cannot delete bucket"))
-    with pytest.raises(TransientError, match="destroy failed: cannot delete bucket"):
-        h.reconcile()
+    assert h.reconcile() == Result(requeue_after=10)
+    assert "destroy failed: cannot delete bucket" in h.message()
     assert h.kstatus() == {
         "Ready": ("False", "DeletionBlocked"),
         "Reconciling": ("True", "DeletionBlocked"),
@@ -75,8 +73,8 @@ def test_a_destroy_that_cannot_be_prepared_is_blocked_too(h: Harness) -> None:
     h.reconcile()
     del h.secrets.data[("ns", "creds")]
     h.delete()
-    with pytest.raises(TransientError, match='cannot prepare destroy: Secret "creds"'):
-        h.reconcile()
+    assert h.reconcile() == Result(requeue_after=10)
+    assert 'cannot prepare destroy: Secret "creds"' in h.message()
     assert h.runner.operations == ["run"]
 
 
@@ -113,4 +111,49 @@ def test_deleting_a_stack_interrupts_its_run_then_destroys(h: Harness) -> None:
     h.runner.then(h.succeed(operation="destroy"))
     assert h.reconcile() == Result()
     assert h.runner.operations == ["run", "destroy"]
+    assert KEY not in h.cluster.objects
+
+
+def test_a_failed_destroy_is_tried_again_after_its_backoff_only(h: Harness) -> None:
+    """No pass in between destroys (each write comes back as a watch event); then it does.
+
+    Failed destroys back off like failed runs: 10 s, 20 s, 40 s…; each attempt is recorded
+    in ``lastUpdate`` (type destroy) with the failures in a row.
+    """
+    h.create(destroyOnFinalize=True)
+    h.runner.then(h.succeed())
+    h.reconcile()
+    h.delete()
+    for failures, wait in ((1, 10), (2, 20), (3, 40)):
+        h.runner.then(h.fail(operation="destroy", message="cannot delete bucket"))
+        assert h.reconcile() == Result(requeue_after=wait)
+        last = h.status["lastUpdate"]
+        assert (last["type"], last["state"], last["failures"]) == ("destroy", "failed", failures)
+        writes, destroys = len(h.writer.writes), h.runner.operations.count("destroy")
+        for _ in range(20):  # the watch events of this pass's own writes
+            assert h.reconcile() == Result(requeue_after=wait)
+        assert (len(h.writer.writes), h.runner.operations.count("destroy")) == (writes, destroys)
+        h.clock.step(wait)
+    h.runner.then(h.succeed(operation="destroy"))
+    assert h.reconcile() == Result()
+    assert KEY not in h.cluster.objects
+
+
+def test_a_destroy_that_cannot_be_prepared_backs_off_too(h: Harness) -> None:
+    """The missing Secret is looked for again after the backoff, not on every watch event."""
+    h.secrets.data[("ns", "creds")] = {"token": "t"}
+    h.create(destroyOnFinalize=True, envRefs={"TOKEN": SECRET_REF})
+    h.runner.then(h.succeed())
+    h.reconcile()
+    del h.secrets.data[("ns", "creds")]
+    h.delete()
+    assert h.reconcile() == Result(requeue_after=10)
+    writes = len(h.writer.writes)
+    h.clock.step(5)
+    assert h.reconcile() == Result(requeue_after=5)
+    assert len(h.writer.writes) == writes
+    h.secrets.data[("ns", "creds")] = {"token": "t"}
+    h.clock.step(5)
+    h.runner.then(h.succeed(operation="destroy"))
+    assert h.reconcile() == Result()
     assert KEY not in h.cluster.objects

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from controller.clock import FakeClock
+from controller.clock import FAKE_EPOCH, FakeClock
 from reconcile import source_verdicts
 from reconcile import verdict as verdicts
 from reconcile.policy import NEEDS_A_CHANGE, Policy
@@ -26,6 +26,8 @@ from status.events import NORMAL, WARNING
 from tests.reconcile.fakes import outcome
 from workspace.runner import ErrorKind
 from workspace.source import SourceFailure
+
+DESTROY_RETRY = verdicts.DestroyRetry(failures=2, wait=20.0, now=FAKE_EPOCH)
 
 CAP = 3
 POLICY = Policy(retry_base_delay=10, max_update_failures=CAP, wait_poll=30)
@@ -343,10 +345,10 @@ def test_success_requeues_for_the_next_poll_or_resync(
             id="destroying",
         ),
         pytest.param(
-            verdicts.deletion_blocked("destroy failed: x", "f"),
+            verdicts.deletion_blocked("destroy failed: x", "f", DESTROY_RETRY),
             {"Ready": ("False", "DeletionBlocked"), "Reconciling": ("True", "DeletionBlocked")},
             ("DeletionBlocked", WARNING, False),
-            None,
+            20.0,
             id="deletion-blocked",
         ),
     ],
@@ -373,12 +375,15 @@ def test_the_started_message_names_operation_commit_and_generation() -> None:
 
 
 def test_a_blocked_deletion_retries_with_backoff_and_says_how_to_give_up() -> None:
-    """DeletionBlocked fails the pass (the queue retries) and names the way out."""
-    verdict = verdicts.deletion_blocked("destroy failed: x", "finalizer.example")
-    assert verdict.retry_error == "destroy failed: x"
+    """DeletionBlocked waits for the failures' backoff and names the way out."""
+    verdict = verdicts.deletion_blocked("destroy failed: x", "finalizer.example", DESTROY_RETRY)
+    assert (verdict.retry_error, verdict.requeue_after, verdict.failures) == (None, 20.0, 2)
     assert verdict.event is not None
     assert "spec.destroyOnFinalize to false" in verdict.event.message
     assert '"finalizer.example"' in verdict.event.message
+    assert verdict.conditions is not None
+    assert "Attempt 2 failed; retrying at 2026-01-01T00:00:20Z" in verdict.conditions.message
+    assert "retrying at" not in verdict.event.message, "one Event text per cause"
 
 
 @pytest.mark.parametrize(
@@ -444,7 +449,7 @@ def test_exhausted_says_so_once() -> None:
 def test_destroy_verdicts() -> None:
     """A destroy that worked posts Destroyed; one that failed or timed out blocks deletion."""
     clock = FakeClock()
-    done = verdicts.of_destroy(outcome(clock, operation="destroy"), None, "f")
+    done = verdicts.of_destroy(outcome(clock, operation="destroy"), None, "f", DESTROY_RETRY)
     assert done.conditions is None
     assert done.event is not None
     assert (done.event.reason, done.event.type_, done.update_result) == (
@@ -453,13 +458,15 @@ def test_destroy_verdicts() -> None:
         "succeeded",
     )
     failed = outcome(clock, ErrorKind.UPDATE_FAILED, operation="destroy", message="nope")
-    blocked = verdicts.of_destroy(failed, None, "f")
+    blocked = verdicts.of_destroy(failed, None, "f", DESTROY_RETRY)
     assert kstatus(blocked)["Ready"] == ("False", "DeletionBlocked")
-    assert blocked.retry_error == "destroy failed: nope"
+    assert blocked.event is not None
+    assert blocked.event.message.startswith("destroy failed: nope. ")
+    assert blocked.requeue_after == DESTROY_RETRY.wait
     interrupted = outcome(clock, ErrorKind.INTERRUPTED, operation="destroy")
-    late = verdicts.of_destroy(interrupted, 60.0, "f")
-    assert late.retry_error is not None
-    assert "deadline of 60s" in late.retry_error
+    late = verdicts.of_destroy(interrupted, 60.0, "f", DESTROY_RETRY)
+    assert late.event is not None
+    assert "deadline of 60s" in late.event.message
     assert late.update_result == "interrupted"
 
 
