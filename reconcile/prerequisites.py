@@ -47,8 +47,10 @@ def _problem(
         ended = parse_time((status.get("lastUpdate") or {}).get("lastResyncTime"))
         age = (now - ended).total_seconds() if ended else float("inf")
         if age > prerequisite.succeeded_within:
-            return (
-                f'Prerequisite Stack "{name}" last succeeded {age:.0f}s '
-                f"ago, more than {prerequisite.succeeded_within:.0f}s"
+            if ended is None:
+                return f'Prerequisite Stack "{name}" records no successful update'
+            return (  # no age in it: the message would change with every look
+                f'Prerequisite Stack "{name}" last succeeded at {cond.now_rfc3339(ended)}, '
+                f"more than {prerequisite.succeeded_within:.0f}s ago"
             )
     return None

@@ -10,6 +10,7 @@ Built on the shapes of ``reconcile.verdict``.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from reconcile.policy import Policy
@@ -32,9 +33,9 @@ def not_started_retrying(
     """
     return Verdict(
         conditions=Conditions(
-            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, message, SOURCE_RETRY_MESSAGE
+            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, steady(message), SOURCE_RETRY_MESSAGE
         ),
-        event=Notice(Reason.SOURCE_UNAVAILABLE, message, on_change=True),
+        event=Notice(Reason.SOURCE_UNAVAILABLE, steady(message), on_change=True),
         requeue_after=retry_after,
         failures=1 if fresh else previous_failures + 1,
         handles_request=True,
@@ -71,6 +72,23 @@ def source_refused(failure: SourceFailure, message: str, policy: Policy) -> Verd
     return stalled(source_reason(failure), message, requeue_after=policy.wait_poll)
 
 
+_ELAPSED = re.compile(
+    r"\s*after \d+ (?:ms|milliseconds?|seconds?)"
+    r"|\s*with \d+ (?:out of \d+ )?bytes received",
+    re.IGNORECASE,
+)
+"""What git and curl say of an attempt's timing ("after 3012 ms"): different every time."""
+
+
+def steady(message: str) -> str:
+    """``message`` without the timing of the attempt it is about.
+
+    A retried verdict that wrote each attempt's own timing would be rewritten on every
+    retry, and each write comes back as a watch event that starts the next pass at once.
+    """
+    return _ELAPSED.sub("", message)
+
+
 def source_unreachable(message: str, *, say_so: bool) -> Verdict:
     """The source is unreachable for now: retry with the queue's backoff.
 
@@ -81,7 +99,7 @@ def source_unreachable(message: str, *, say_so: bool) -> Verdict:
     conditions = None
     if say_so:
         conditions = Conditions(
-            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, message, SOURCE_RETRY_MESSAGE
+            Shape.RETRYING, Reason.SOURCE_UNAVAILABLE, steady(message), SOURCE_RETRY_MESSAGE
         )
     return Verdict(
         conditions=conditions, retry_error=f"source unavailable: {message}", ends_run=True

@@ -14,7 +14,9 @@ Guarantees:
   verifies exactly the bytes the source-controller announced.
 - A Program's revision is ``sha256:<hex>`` of its rendered ``Pulumi.yaml``: a change to the
   Program that changes what would run, and only such a change, runs its Stacks again.
-- Messages name the object (kind, name, namespace) and what to do; nothing here writes.
+- Messages name the object (kind, name, namespace) and what to do, never another
+  controller's passing words (they would rewrite the Stack's status with every retry of
+  that controller); nothing here writes.
 """
 
 from __future__ import annotations
@@ -98,11 +100,8 @@ def flux_revision(objects: SourceObjects, namespace: str, ref: FluxSourceRef) ->
         msg = f"{shown} not found: create it, or fix spec.fluxSource.sourceRef"
         raise SourceNotReadyError(msg)
     status = obj.get("status") or {}
-    ready = _condition(status, "Ready")
-    if ready.get("status") != "True":
-        why = ready.get("message") or "it has not reported Ready yet"
-        msg = f"{shown} is not Ready: {why}"
-        raise SourceNotReadyError(msg)
+    if _condition(status, "Ready").get("status") != "True":
+        raise SourceNotReadyError(_not_ready(shown, ref, namespace, status))
     artifact = status.get("artifact") or {}
     fields = [artifact.get(name) for name in ("url", "revision", "digest")]
     if not all(isinstance(value, str) and value for value in fields):
@@ -110,6 +109,21 @@ def flux_revision(objects: SourceObjects, namespace: str, ref: FluxSourceRef) ->
         raise SourceNotReadyError(msg)
     url, revision, digest = (str(value) for value in fields)
     return Revision(revision, artifact=Artifact(url, revision, digest))
+
+
+def _not_ready(shown: str, ref: FluxSourceRef, namespace: str, status: Mapping[str, Any]) -> str:
+    """Why a Flux source is not Ready, in words that change only when its state does.
+
+    The source-controller rewrites its own Ready message on every attempt ("building
+    artifact", then the failure); copying it would rewrite the Stack's status with each
+    retry. This names the object and where to read its own words, plus the reason of a
+    Stalled condition, which Flux sets only for a failure that lasts until a change.
+    """
+    look = f"kubectl describe {ref.kind.lower()} {ref.name} -n {namespace} says why"
+    stalled = _condition(status, "Stalled")
+    if stalled.get("status") == "True" and stalled.get("reason"):
+        return f"{shown} is not Ready: Flux stalled it ({stalled['reason']}); {look}"
+    return f"{shown} is not Ready (yet); {look}"
 
 
 def program_source(objects: SourceObjects, namespace: str, name: str) -> Revision:

@@ -409,6 +409,28 @@ def test_a_missing_secret_is_looked_for_soon_then_less_often(
     assert verdict.requeue_after == requeue
 
 
+def test_an_unreachable_source_says_the_same_words_at_every_attempt() -> None:
+    """Git's timing of each attempt is left out: the retried verdict is written once.
+
+    Each write comes back as a watch event that starts the next pass at once, so a message
+    that changed with every attempt would rewrite the status in a loop (status contract
+    rule 30).
+    """
+    said = [
+        source_verdicts.source_unreachable(
+            "git ls-remote http://h/r.git failed: Failed to connect to h port 80 "
+            f"after {ms} ms: Couldn't connect to server",
+            say_so=True,
+        ).conditions
+        for ms in (0, 3012)
+    ]
+    assert said[0] == said[1]
+    assert said[0] is not None
+    assert said[0].message.endswith("Failed to connect to h port 80: Couldn't connect to server")
+    timed_out = "Operation timed out after 10001 milliseconds with 0 out of 0 bytes received"
+    assert source_verdicts.steady(timed_out) == "Operation timed out"
+
+
 @pytest.mark.parametrize("say_so", [True, False])
 def test_an_unreachable_source_is_retried_by_the_queue(*, say_so: bool) -> None:
     """Retry with the queue's backoff; write it only when told to (not over a Ready Stack)."""
