@@ -10,10 +10,14 @@ gets a reflector thread that follows client-go's reflector:
   timeout; a timeout renews the watch from the last seen resourceVersion *without* a
   relist;
 - **410 Gone / Expired** (our resourceVersion fell out of the server's history) → relist;
-- **any other error** (connection refused, 5xx, 429, a dead socket) → back off (0.8 s
-  doubling to 30 s, jittered, reset after 2 min of health), then watch again from the last
+- **any other client failure** (connection refused, 5xx, 429, a dead socket, a line that
+  does not decode: ``controller.failures.CLIENT_FAILURES``) → back off (0.8 s doubling to
+  30 s, jittered, reset after 2 min of health), then watch again from the last
   resourceVersion (a watch from a known resourceVersion loses nothing), relisting only if
-  that resourceVersion has expired meanwhile.
+  that resourceVersion has expired meanwhile;
+- **anything else** (a bug, a handler that raised) → the same backoff, then a relist: a
+  reflector thread never dies of an exception. Failures are logged once per streak
+  (``controller.failures.FailureStreak``).
 
 With a label selector (``CustomObjectsListWatcher(label_selector=...)``) the server does
 the filtering: an object whose labels stop matching is *deleted* from this informer's
@@ -24,8 +28,9 @@ marked (``metadata.deletionTimestamp``, an update) before it can go, so a contro
 finalizes has seen its deletion coming before the final delete event.
 
 Resync replays the cache to ``on_update(obj, obj)`` every ``resync_period`` seconds from
-memory, with no API call. Handlers run on the reflector and resync threads: they must be
-cheap (enqueue a key) and must not block.
+memory, with no API call; a handler that raises cuts that replay short, never the thread.
+Handlers run on the reflector and resync threads: they must be cheap (enqueue a key) and
+must not block.
 
 Every backoff, resync period and timeout is measured on the informer's ``Clock`` (a
 ``RealClock`` unless one is passed).
@@ -41,10 +46,10 @@ from typing import Any, Protocol
 
 import structlog
 from kubernetes import client, watch
-from urllib3.exceptions import HTTPError
 
 from controller.cache import Object, ObjectKey, Store, freeze_object, resource_version
 from controller.clock import Clock, RealClock
+from controller.failures import CLIENT_FAILURES, FailureStreak
 from controller.retry import REACHABILITY
 from controller.threads import ThreadGroup
 
@@ -119,26 +124,6 @@ class EventHandler(Protocol):
 
     def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
         """An object was deleted."""
-
-
-@dataclasses.dataclass
-class Backoff:
-    """client-go's reflector backoff: 0.8 s doubling to 30 s, full jitter, reset after 2 min."""
-
-    initial: float = 0.8
-    cap: float = 30.0
-    reset_after: float = 120.0
-    _failures: int = 0
-    _last_failure: float = 0.0
-
-    def next_delay(self, now: float) -> float:
-        """Record a failure at ``now``; returns how long to wait before trying again."""
-        if now - self._last_failure > self.reset_after:
-            self._failures = 0
-        self._last_failure = now
-        base = min(self.cap, self.initial * 2.0**self._failures)
-        self._failures += 1
-        return min(self.cap, base + random.uniform(0, base))  # noqa: S311 - jitter, not crypto
 
 
 class CustomObjectsListWatcher:
@@ -234,11 +219,13 @@ class Reflector:
         min_watch_timeout: int = 300,
         clock: Clock | None = None,
         on_synced: Callable[[], None] | None = None,
+        resource: str = "objects",
     ) -> None:
         """Prepare a reflector; ``run`` does the work until ``stop`` is set.
 
         Backoffs are waited and watches timed on ``clock``; ``on_synced`` is called (on
-        the reflector's thread) each time a list has been delivered.
+        the reflector's thread) each time a list has been delivered. ``resource`` names
+        what it reflects in its log lines (``loop="reflector of <resource> in <scope>"``).
         """
         self._lw = list_watcher
         self._store = store
@@ -248,7 +235,12 @@ class Reflector:
         self._min_watch_timeout = min_watch_timeout
         self._clock = clock or RealClock()
         self._on_synced = on_synced
-        self._backoff = Backoff()
+        scope = list_watcher.namespace or "all namespaces"
+        self._streak = FailureStreak(
+            f"reflector of {resource} in {scope}",
+            self._clock,
+            expected=(*CLIENT_FAILURES, VeryShortWatchError),
+        )
         self._synced = threading.Event()
         self.last_sync_resource_version = ""
 
@@ -262,24 +254,26 @@ class Reflector:
         return self._synced.is_set()
 
     def run(self) -> None:
-        """List and watch until ``stop`` is set; never raises."""
+        """List and watch until ``stop`` is set; never raises (see the module docstring)."""
         need_list = True
         while not self._stop.is_set():
             try:
                 if need_list:
                     self.list_and_replace()
                     need_list = False
+                    self._streak.succeeded()
                 self.watch_once()
             except ExpiredError as err:
                 log.info("Watch expired; relisting", error=str(err), namespace=self.namespace)
                 need_list = True
-            except (client.ApiException, HTTPError, OSError, VeryShortWatchError) as err:
+            except Exception as err:  # noqa: BLE001 - a reflector outlives any failed pass
                 if self._stop.is_set():  # shut_down() closed the connection under us
                     return
                 REACHABILITY.observe(err)  # a restarting apiserver's 403s are transient
+                if not isinstance(err, (*CLIENT_FAILURES, VeryShortWatchError)):
+                    need_list = True  # a bug met mid-delivery: start again from a list
                 now = self._clock.now()
-                delay = self._backoff.next_delay(now)
-                log.warning("List/watch failed; retrying", retry_in=round(delay, 1), error=str(err))
+                delay = self._streak.failed(err, namespace=self.namespace)
                 self._clock.wait_event(self._stop, now + delay)
 
     def shut_down(self) -> None:
@@ -322,6 +316,8 @@ class Reflector:
             if self._stop.is_set():
                 return
             self._apply(event)
+            if not delivered:
+                self._streak.succeeded()  # the watch answers again
             delivered += 1
         if delivered == 0 and self._clock.now() - started < 1.0 and not self._stop.is_set():
             raise VeryShortWatchError(self.last_sync_resource_version)
@@ -361,11 +357,13 @@ class Informer:
         resync_period: float = 0.0,
         min_watch_timeout: int = 300,
         clock: Clock | None = None,
+        resource: str = "objects",
     ) -> None:
         """Prepare an informer filling ``store`` (a new one by default); resync 0 is off.
 
         Backoffs, the resync period and the timeouts of ``wait_for_cache_sync`` and
-        ``stop`` are measured on ``clock``.
+        ``stop`` are measured on ``clock``. ``resource`` names what it informs of in its
+        log lines.
         """
         self.store = store if store is not None else Store()
         self._clock = clock or RealClock()
@@ -374,6 +372,7 @@ class Informer:
         self._changed = threading.Condition()
         self._handler = handler
         self._resync_period = resync_period
+        self._resource = resource
         self._reflectors = [
             Reflector(
                 lw,
@@ -383,6 +382,7 @@ class Informer:
                 min_watch_timeout=min_watch_timeout,
                 clock=self._clock,
                 on_synced=self._notify,
+                resource=resource,
             )
             for lw in list_watchers
         ]
@@ -427,6 +427,13 @@ class Informer:
             self._changed.notify_all()
 
     def _resync_loop(self) -> None:
+        """Replay the cache every period; a handler that raises is logged, the next one waits."""
+        streak = FailureStreak(f"resync of {self._resource}", self._clock)
         while not self._clock.wait_event(self._stop, self._clock.now() + self._resync_period):
-            for obj in self.store.objects():
-                self._handler.on_update(obj, obj)
+            try:
+                for obj in self.store.objects():
+                    self._handler.on_update(obj, obj)
+            except Exception as err:  # noqa: BLE001 - the resync outlives a handler's bug
+                streak.failed(err)
+            else:
+                streak.succeeded()

@@ -12,6 +12,11 @@ Lease record *change*, never from the timestamps in it, so clock skew between re
 does not matter. Local times, waits and the timestamps written into the Lease all come
 from the elector's ``Clock`` (``now()`` and ``wall()``).
 
+A failed try (the API server away, an answer that does not decode, even a bug) never ends
+the elector: the try counts as not acquired or not renewed, the failure is logged once per
+streak (``controller.failures.FailureStreak``), and the next try comes a retry period
+later, as client-go's does; only the renew deadline ends leading.
+
 Like client-go, this gives no fencing: two processes can briefly both believe they lead
 (the old leader until it notices, the new one after ``lease_duration``). Callers must stop
 work the moment ``on_stopped_leading`` runs.
@@ -35,6 +40,7 @@ import structlog
 from kubernetes import client
 
 from controller.clock import Clock, RealClock
+from controller.failures import FailureStreak, describe
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +92,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None  # last holder/renew record seen
         self._observed_at = 0.0
         self._leading = threading.Event()
+        self._streak = FailureStreak("leader election", self._clock)
 
     @property
     def _lease_ref(self) -> str:
@@ -137,17 +144,24 @@ class LeaderElector:
                 return
 
     def _try_acquire_or_renew(self) -> bool:
+        """One try: True if the Lease is ours now; False if not, or if the try failed."""
+        try:
+            mine = self._acquire_or_renew()
+        except Exception as err:  # noqa: BLE001 - a failed try never ends the elector
+            self._streak.failed(err, lease=self._lease_ref)
+            return False
+        self._streak.succeeded(lease=self._lease_ref)
+        return mine
+
+    def _acquire_or_renew(self) -> bool:
+        """Read the Lease and take or renew it if we may; raises what a call raised."""
         now = self._clock.wall()
         try:
             lease = self._api.read_namespaced_lease(self.config.lease_name, self.config.namespace)
         except client.ApiException as err:
             if err.status != 404:
-                log.warning("Reading the lease failed", error=str(err.reason))
-                return False
+                raise
             return self._create(now)
-        except OSError as err:
-            log.warning("Reading the lease failed", error=str(err))
-            return False
         spec = lease.spec or client.V1LeaseSpec()
         self._observe(spec)
         holder = spec.holder_identity or ""
@@ -167,6 +181,7 @@ class LeaderElector:
         return self._replace(lease)
 
     def _create(self, now: datetime.datetime) -> bool:
+        """Create the Lease held by us; False if another replica created it first (409)."""
         lease = client.V1Lease(
             metadata=client.V1ObjectMeta(
                 name=self.config.lease_name, namespace=self.config.namespace
@@ -181,18 +196,23 @@ class LeaderElector:
         )
         try:
             self._api.create_namespaced_lease(self.config.namespace, lease)
-        except (client.ApiException, OSError) as err:  # 409: someone else created it first
-            log.info("Creating the lease failed", error=str(err))
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+            log.info("Another replica created the lease first", lease=self._lease_ref)
             return False
         return True
 
     def _replace(self, lease: client.V1Lease) -> bool:
+        """Write ``lease``; False if another replica wrote it since we read it (409)."""
         # The read's resourceVersion makes this a compare-and-swap: a 409 means another
         # replica wrote first, and this try fails.
         try:
             self._api.replace_namespaced_lease(self.config.lease_name, self.config.namespace, lease)
-        except (client.ApiException, OSError) as err:
-            log.info("Updating the lease failed", error=str(err))
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+            log.info("Another replica updated the lease first", lease=self._lease_ref)
             return False
         return True
 
@@ -203,7 +223,10 @@ class LeaderElector:
             self._observed_at = self._clock.now()
 
     def _release(self) -> None:
-        """Clear the holder so a standby can take over at once (client-go ReleaseOnCancel)."""
+        """Clear the holder so a standby can take over at once (client-go ReleaseOnCancel).
+
+        Best effort: any failure is logged, never raised (leading still ends).
+        """
         try:
             lease = self._api.read_namespaced_lease(self.config.lease_name, self.config.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.config.identity:
@@ -211,7 +234,7 @@ class LeaderElector:
             lease.spec.holder_identity = None
             lease.spec.lease_duration_seconds = 1
             lease.spec.renew_time = _micro_time(self._clock.wall())
-            self._replace(lease)
-            log.info("Released the lease", lease=self._lease_ref)
-        except (client.ApiException, OSError) as err:
-            log.warning("Releasing the lease failed", error=str(err))
+            if self._replace(lease):
+                log.info("Released the lease", lease=self._lease_ref)
+        except Exception as err:  # noqa: BLE001 - a standby then waits out the lease instead
+            log.warning("Releasing the lease failed", lease=self._lease_ref, error=describe(err))

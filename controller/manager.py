@@ -310,6 +310,7 @@ class Manager:
             store=store,
             resync_period=cfg.resync_period,
             clock=self.clock,
+            resource=resource.plural,
         )
         self._leader = Gauge(
             "leader_election_master_status",

@@ -8,7 +8,9 @@ may ``get`` the non-resource URL ``/metrics`` (a SubjectAccessReview, as RBAC gr
 
 - no token, or one the API server does not accept: 401;
 - a user not allowed: 403;
-- the API server unreachable: 503 (nothing is served on a guess);
+- the API server unreachable, or a review that failed any other way: 503 (nothing is
+  served on a guess); a streak of such failures is logged once
+  (``controller.failures.FailureStreak``), and every request asks the API server again;
 - otherwise the registry's exposition, in the format the caller asks for.
 
 Both reviews are cached per token (its SHA-256, never the token) for ``CACHE_TTL``
@@ -36,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import urllib3
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from controller.clock import Clock, RealClock
+from controller.failures import FailureStreak
 
 log = structlog.get_logger(__name__)
 
@@ -63,13 +65,14 @@ class Reviewer:
         self._now = clock.now
         self._lock = threading.Lock()
         self._answers: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._streak = FailureStreak("metrics reviews", clock)
 
     def status(self, authorization: str | None) -> int:
         """200, 401 or 403 for a request with the ``Authorization`` header ``authorization``.
 
         Raises:
-            client.ApiException, OSError, urllib3.exceptions.HTTPError: the API server did
-                not answer.
+            Exception: the review failed (``controller.failures.CLIENT_FAILURES`` when the
+                API server did not answer); the failure is logged here, once per streak.
         """
         scheme, _, token = (authorization or "").partition(" ")
         token = token.strip()
@@ -80,7 +83,12 @@ class Reviewer:
             cached = self._answers.get(key)
             if cached is not None and cached[1] > self._now():
                 return cached[0]
-        answer = self._review(token)
+        try:
+            answer = self._review(token)
+        except Exception as err:
+            self._streak.failed(err)
+            raise
+        self._streak.succeeded()
         with self._lock:
             self._answers[key] = (answer, self._now() + CACHE_TTL)
             self._answers.move_to_end(key)
@@ -254,8 +262,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         try:
             status = self.server.reviewer.status(self.headers.get("Authorization"))
-        except (client.ApiException, OSError, urllib3.exceptions.HTTPError):
-            log.warning("Could not review a metrics request: the API server did not answer")
+        except Exception:  # noqa: BLE001 - logged by the reviewer; nothing served on a guess
             self._reply(503, b"could not authenticate the request\n")
             return
         if status != 200:

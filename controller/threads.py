@@ -7,7 +7,9 @@ test steps it instead of sleeping.
 
 Guarantees: `join_until` returns True only once every thread started so far has returned
 (the threads are then no longer alive); it returns False at `deadline` without stopping
-any. A thread counts as returned even when its target raised.
+any. A thread counts as returned even when its target raised; an exception that ends a
+thread is logged (structlog, with the thread's name), and `alive()` is False from then on.
+A target that must not end so keeps its own loop alive (`controller.failures`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import structlog
+
 from controller.clock import Clock
+
+log = structlog.get_logger(__name__)
 
 
 class ThreadGroup:
@@ -31,7 +37,7 @@ class ThreadGroup:
 
     def start(self, target: Callable[[], object], name: str) -> threading.Thread:
         """Run `target` in a new daemon thread named `name`; returns that thread."""
-        thread = threading.Thread(target=self._run, args=(target,), name=name, daemon=True)
+        thread = threading.Thread(target=self._run, args=(target, name), name=name, daemon=True)
         with self._cond:
             self._running += 1
         try:
@@ -62,9 +68,11 @@ class ThreadGroup:
             thread.join()  # each is past its last statement: this only reaps it
         return True
 
-    def _run(self, target: Callable[[], object]) -> None:
+    def _run(self, target: Callable[[], object], name: str) -> None:
         try:
             target()
+        except Exception:
+            log.exception("A thread ended by an exception", thread=name)
         finally:
             with self._cond:
                 self._running -= 1

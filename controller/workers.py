@@ -39,11 +39,11 @@ import uuid
 from collections.abc import Callable, Hashable, Iterator
 
 import structlog
-from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controller.cache import Object, ObjectKey
 from controller.clock import Clock, RealClock
+from controller.failures import describe
 from controller.informer import DeletedFinalStateUnknown
 from controller.ratelimit import (
     BucketRateLimiter,
@@ -120,13 +120,6 @@ class ControllerMetrics:
 def by_namespace(key: ObjectKey) -> str:
     """Shard keys by namespace (for ``Controller(shard=...)``)."""
     return key.namespace
-
-
-def _describe(err: Exception) -> str:
-    """A short, body-free description of a transient API failure, for the log."""
-    if isinstance(err, client.ApiException):
-        return f"{type(err).__name__}: {err.status} {err.reason}"
-    return f"{type(err).__name__}: {err}"
 
 
 class Controller:
@@ -327,7 +320,7 @@ class Controller:
         self._count("error")
         if is_transient(err):
             self._metrics.errors.labels(self.name).inc()
-            log.info("Kubernetes API call failed; requeuing with backoff", error=_describe(err))
+            log.info("Kubernetes API call failed; requeuing with backoff", error=describe(err))
         else:
             self._metrics.panics.labels(self.name).inc()
             log.error("Reconcile raised unexpectedly; requeuing with backoff", exc_info=err)

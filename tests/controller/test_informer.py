@@ -16,7 +16,6 @@ from kubernetes import client
 from controller.cache import Object, ObjectKey, Store
 from controller.clock import FakeClock
 from controller.informer import (
-    Backoff,
     CustomObjectsListWatcher,
     DeletedFinalStateUnknown,
     ExpiredError,
@@ -227,31 +226,6 @@ def test_an_empty_watch_that_lasted_a_second_of_the_clock_is_not_an_error() -> N
     assert handler.calls == []
 
 
-@pytest.mark.parametrize(
-    ("failures", "low", "high"),
-    [
-        pytest.param(0, 0.8, 1.6, id="first"),
-        pytest.param(1, 1.6, 3.2, id="second"),
-        pytest.param(5, 25.6, 30.0, id="sixth-capped"),
-        pytest.param(10, 30.0, 30.0, id="far-capped"),
-    ],
-)
-def test_backoff_doubles_with_jitter_up_to_the_cap(failures: int, low: float, high: float) -> None:
-    """The n-th consecutive failure waits between base and 2·base, never above 30 s."""
-    backoff = Backoff()
-    for _ in range(failures):
-        backoff.next_delay(0.0)
-    assert low <= backoff.next_delay(0.0) <= high
-
-
-def test_backoff_resets_after_two_quiet_minutes() -> None:
-    """After 2 min without failures the delay starts from 0.8 s again."""
-    backoff = Backoff()
-    for _ in range(6):
-        backoff.next_delay(0.0)
-    assert backoff.next_delay(121.0) <= 1.6
-
-
 def test_resync_replays_the_cache_every_period_of_the_clock_without_api_calls() -> None:
     """With a resync period, cached objects come back as on_update(obj, obj), per period."""
     clock = FakeClock()
@@ -273,6 +247,50 @@ def test_resync_replays_the_cache_every_period_of_the_clock_without_api_calls() 
     assert not thread.is_alive()
     assert lw.pages == []  # no list was made
     assert informer.store.keys() == [ObjectKey("ns", "a")]
+
+
+def test_a_handler_that_raises_in_a_resync_does_not_end_the_resync() -> None:
+    """The replay stops short and is logged; the next period replays again."""
+    clock = FakeClock()
+    calls: list[str] = []
+
+    class Failing(Recorder):
+        def on_update(self, old: Object, new: Object) -> None:
+            del old
+            calls.append(new["metadata"]["name"])
+            if len(calls) == 1:
+                raise RuntimeError("a bug in a handler")
+
+    informer = Informer([FakeListWatcher()], Failing(), resync_period=30.0, clock=clock)
+    informer.store.upsert(obj("a", "1"))
+    thread = start(informer._resync_loop)  # noqa: SLF001 - the resync thread alone
+    try:
+        for _ in range(2):
+            assert clock.wait_for_waiters(1)
+            clock.step(30.0)
+        assert clock.wait_for_waiters(1)
+        assert calls == ["a", "a"]
+        assert thread.is_alive()
+    finally:
+        informer.stop()
+        thread.join(JOIN_TIMEOUT)
+
+
+def test_a_bug_met_while_listing_is_survived_with_a_relist() -> None:
+    """Not a client failure: the reflector backs off, then lists afresh (not only watches)."""
+    clock, stop = FakeClock(), threading.Event()
+    lw, handler = FakeListWatcher(stop), Recorder()
+    lw.pages = [[{"items": []}], [{"items": [obj("a", "7")]}]]
+    lw.streams = [RuntimeError("a bug"), []]
+    runner = start(Reflector(lw, Store(), handler, stop, clock=clock).run)
+    assert clock.wait_for_waiters(1), "the reflector should back off on the clock"
+    clock.step(1.6)
+    assert clock.wait_for_waiters(1), "the second, empty, watch is an error too"
+    assert handler.calls == [("add", "a")]
+    assert lw.pages == []  # both lists were made
+    stop.set()
+    runner.join(JOIN_TIMEOUT)
+    assert not runner.is_alive()
 
 
 class BlockingListWatcher(FakeListWatcher):

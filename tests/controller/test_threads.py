@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import structlog
+
 from controller.clock import FakeClock
 from controller.threads import ThreadGroup
 
@@ -61,3 +63,22 @@ def test_an_empty_group_is_joined_and_alive() -> None:
     assert group.join_until(0.0)
     assert group.alive()
     assert group.started() == 0
+
+
+def test_a_thread_ended_by_an_exception_says_so_and_the_group_is_not_alive() -> None:
+    """The exception is logged with the thread's name (not lost on stderr); alive() is False."""
+
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    group = ThreadGroup(FakeClock())
+    with structlog.testing.capture_logs() as logs:
+        group.start(boom, "doomed")
+        assert group.join_until(None)
+    assert not group.alive()
+    [line] = logs
+    assert (line["event"], line["thread"], line["log_level"]) == (
+        "A thread ended by an exception",
+        "doomed",
+        "error",
+    )
