@@ -58,6 +58,8 @@ class OperatorConfig:
     """The most seconds any run may take: a larger ``spec.timeoutSeconds`` is cut to it."""
     tenancy: Tenancy = dataclasses.field(default_factory=Tenancy)
     """``pod`` runner: what Stacks may ask of their run pods (priority, tolerations, SAs)."""
+    source_discovery_period: float = 30.0
+    """Seconds between two looks for program source kinds not served yet (Flux's)."""
 
 
 _QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
@@ -232,6 +234,14 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         "it each run installs into its own pod; '' never mounts one (default: pulumi-cache)",
     )
     add(
+        "--source-discovery-period",
+        type=positive(float),
+        default=30.0,
+        help="seconds between two looks for the program source kinds the cluster does not "
+        "serve yet (Flux's GitRepository, OCIRepository, Bucket; Program), so that a Flux "
+        "installed later is watched without a restart (default: 30)",
+    )
+    add(
         "--max-update-failures",
         type=positive(int),
         default=5,
@@ -279,6 +289,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         plugin_mirror=args.plugin_mirror,
         run_cache_claim=args.run_cache_claim,
         max_run_timeout=args.max_run_timeout,
+        source_discovery_period=args.source_discovery_period,
         tenancy=Tenancy(
             allowed_priority_classes=args.allowed_priority_classes,
             allow_any_toleration=args.allow_any_toleration,

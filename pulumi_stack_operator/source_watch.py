@@ -9,9 +9,13 @@ reference an object whenever it changes (a new artifact revision, an edited Prog
 Guarantees:
 
 - A kind the cluster does not serve (Flux not installed, or installed later) never stops
-  the operator nor floods its log: whether it is served is asked again every
-  ``DISCOVERY_PERIOD`` seconds, and its informer starts once it is. Until then
-  ``served(kind)`` is False and Stacks naming it wait (``SourceNotReady``).
+  the operator nor floods its log: whether it is served is asked again every discovery
+  period (``DISCOVERY_PERIOD`` seconds unless given), and its informer starts once it is.
+  Until then ``served(kind)`` is False and Stacks naming it wait (``SourceNotReady``).
+- Discovery outlives any failure of a look (the API server away, an answer that does not
+  decode, a bug): it is logged once per streak (``controller.failures.FailureStreak``) and
+  the next look comes a period later, or later still while the streak's backoff is longer;
+  so ``alive()`` stays true through an API outage.
 - Only the Stacks in the object's namespace that name it are enqueued (by kind and name);
   the informers watch the operator's own scope (one namespace, or all).
 - Event handlers only enqueue; no API call happens on an informer thread.
@@ -29,6 +33,7 @@ from kubernetes import client
 
 from controller.cache import Object, ObjectKey, Store
 from controller.clock import Clock
+from controller.failures import FailureStreak
 from controller.informer import CustomObjectsListWatcher, DeletedFinalStateUnknown, Informer
 from controller.threads import ThreadGroup
 from reconcile.sources import FLUX_GROUP, PROGRAM_KIND
@@ -105,9 +110,16 @@ class SourceWatch:
         enqueue: Callable[[ObjectKey], None],
         clock: Clock,
         kinds: Sequence[SourceKind] = KINDS,
+        *,
+        period: float = DISCOVERY_PERIOD,
     ) -> None:
-        """Watch ``kinds`` in ``namespaces`` (``[None]``: all) for the Stacks in ``stacks``."""
+        """Watch ``kinds`` in ``namespaces`` (``[None]``: all) for the Stacks in ``stacks``.
+
+        Kinds not served yet are looked for again every ``period`` seconds of ``clock``.
+        """
         self._api = api_client
+        self._period = period
+        self._streak = FailureStreak("source discovery", clock)
         self._namespaces = list(namespaces)
         self._stacks, self._enqueue, self._clock = stacks, enqueue, clock
         self._kinds = {kind.kind: kind for kind in kinds}
@@ -157,13 +169,26 @@ class SourceWatch:
     def _discover(self) -> None:
         """Start an informer for each kind once it is served; look again until all are."""
         while not self._stop.is_set():
-            for kind in self._kinds.values():
-                if kind.kind not in self._informers:
-                    self._start_if_served(kind)
+            backoff = self._look()
             if len(self._informers) == len(self._kinds):
                 self._discovered.set()
                 return
-            self._clock.wait_event(self._stop, self._clock.now() + DISCOVERY_PERIOD)
+            wait = max(self._period, backoff)
+            self._clock.wait_event(self._stop, self._clock.now() + wait)
+
+    def _look(self) -> float:
+        """One look at every kind not watched yet; the streak's backoff if one failed, else 0."""
+        backoff = 0.0
+        for kind in self._kinds.values():
+            if kind.kind in self._informers:
+                continue
+            try:
+                self._start_if_served(kind)
+            except Exception as err:  # noqa: BLE001 - discovery outlives any failed look
+                backoff = self._streak.failed(err, kind=kind.kind)
+        if not backoff:
+            self._streak.succeeded()
+        return backoff
 
     def _start_if_served(self, kind: SourceKind) -> None:
         version = self._served_version(kind)
@@ -174,26 +199,25 @@ class SourceWatch:
             for namespace in self._namespaces
         ]
         handler = Referrers(kind.kind, self._stacks, self._enqueue)
-        informer = Informer(watchers, handler, clock=self._clock)
+        informer = Informer(watchers, handler, clock=self._clock, resource=kind.plural)
         with self._lock:
             self._informers[kind.kind] = informer
         informer.run()
         log.info("Watching a program source kind", kind=kind.kind, version=version)
 
     def _served_version(self, kind: SourceKind) -> str | None:
-        """The first of ``kind.versions`` whose API lists ``kind.plural``; None: none does."""
+        """The first of ``kind.versions`` whose API lists ``kind.plural``; None: none does.
+
+        Raises:
+            Exception: anything but a 404 (a group or version not served), as the call did.
+        """
         for version in kind.versions:
             try:
                 found = client.CustomObjectsApi(self._api).get_api_resources(kind.group, version)
             except client.ApiException as err:
-                if err.status != 404:
-                    log.warning(
-                        "Cannot tell whether a kind is served", kind=kind.kind, error=str(err)
-                    )
-                continue
-            except OSError as err:
-                log.warning("Cannot tell whether a kind is served", kind=kind.kind, error=str(err))
-                continue
+                if err.status == 404:
+                    continue
+                raise
             if any(resource.name == kind.plural for resource in found.resources or ()):
                 return version
         return None

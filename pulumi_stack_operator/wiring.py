@@ -229,6 +229,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         context.store,
         context.enqueue,
         context.clock,
+        period=cfg.source_discovery_period,
     )
     context.starters.append(sources.run)
     context.closers.extend((acknowledger.close, writer.close, recorder.close, sources.stop))

@@ -140,6 +140,16 @@ def test_dependency_cache_and_plugin_mirror_flags() -> None:
     assert (cfg.plugin_mirror, cfg.run_cache_claim) == ("https://mirror.example/plugins", "")
 
 
+def test_source_discovery_period() -> None:
+    """30 s unless the flag or its variable says otherwise; never zero or negative."""
+    assert parse_config([], {}).source_discovery_period == 30.0
+    env = {"PSO_SOURCE_DISCOVERY_PERIOD": "5"}
+    assert parse_config([], env).source_discovery_period == 5.0
+    assert parse_config(["--source-discovery-period=0.5"], env).source_discovery_period == 0.5
+    with pytest.raises(SystemExit):
+        parse_config(["--source-discovery-period=0"], {})
+
+
 def test_every_flag_is_documented_in_help() -> None:
     """Each flag has help text that states its default."""
     parser = build_parser()

@@ -12,13 +12,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from controller.cache import ObjectKey, Store
-from controller.clock import RealClock
+from controller.clock import FakeClock, RealClock
 from controller.informer import DeletedFinalStateUnknown
 from pulumi_stack_operator.source_watch import KINDS, Referrers, SourceKind, SourceWatch, references
+from reconcile.sources import FLUX_GROUP
 from testbed.waits import wait_for
+from tests.controller.client_failures import Collection, FakeApi, response
 
 
 def stack(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
@@ -108,3 +111,36 @@ def test_a_served_kind_is_watched_and_an_unserved_one_is_not(
             assert ObjectKey(namespace, "app") in queued
     finally:
         watch.stop()
+
+
+def test_a_kind_served_later_is_watched_one_discovery_period_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not served (404), then served: its informer starts at the next look, ``period`` later."""
+    api, clock = FakeApi(), FakeClock()
+    Collection(api, f"/apis/{FLUX_GROUP}/v1/namespaces/ns/gitrepositories")
+    resources = {
+        "groupVersion": f"{FLUX_GROUP}/v1",
+        "resources": [
+            {"name": "gitrepositories", "singularName": "gitrepository", "namespaced": True,
+             "kind": "GitRepository", "verbs": ["list", "watch"]},
+        ],
+    }  # fmt: skip
+    kind = SourceKind("GitRepository", FLUX_GROUP, ("v1",), "gitrepositories")
+    watch = SourceWatch(
+        api.install(monkeypatch), ["ns"], Store(), lambda _key: None, clock, (kind,), period=7.0
+    )
+    watch.run()
+    try:
+        assert clock.wait_for_waiters(1), "discovery waits a period on its clock"
+        assert not watch.served("GitRepository")
+        api.route("GET", f"/apis/{FLUX_GROUP}/v1", lambda _m, _k: response(200, resources))
+        clock.step(6.0)
+        assert clock.wait_for_waiters(1)
+        assert not watch.served("GitRepository")
+        clock.step(1.0)
+        wait_for(lambda: watch.served("GitRepository"), "the kind to be watched", 10, 0.01)
+        assert watch.alive()
+    finally:
+        watch.stop(0.0)
+        api.close()
