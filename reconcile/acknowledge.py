@@ -13,6 +13,11 @@ It never acknowledges a Stack that is being deleted, nor one with a run in fligh
 its status keeps telling the run's truth meanwhile. ``observedGeneration`` only moves
 forward: the mutation does nothing when the status has already seen the generation.
 
+The thread outlives any failure of an acknowledgment (the API server away, a bug): it is
+logged once per streak (``controller.failures.FailureStreak``), the thread backs off on
+its clock before the next Stack, and a Stack whose write may pass later
+(``controller.failures.retryable``) is offered again, keeping its first times.
+
 Each acknowledgment logs its legs at debug level (``Acknowledged``, milliseconds):
 ``delivery_ms`` (the watch event received, to the handler offering it), ``queued_ms``
 (offered, to this thread taking it), ``write_ms`` (reading the newest status, the
@@ -32,6 +37,7 @@ import structlog
 
 from controller.cache import Object, ObjectKey
 from controller.clock import Clock, RealClock
+from controller.failures import FailureStreak, retryable
 from controller.informer import DeletedFinalStateUnknown, received_at
 from reconcile.collaborators import ObjectView, StatusSink
 from reconcile.context import Mutation
@@ -87,6 +93,7 @@ class Acknowledger:
         self._pending: dict[ObjectKey, _Offered] = {}
         self._wake = threading.Condition()
         self._closed = False
+        self._streak = FailureStreak("acknowledger", self._clock)
         self._thread = threading.Thread(target=self._loop, name="acknowledger", daemon=True)
         self._thread.start()
 
@@ -138,8 +145,20 @@ class Acknowledger:
             try:
                 self._acknowledge(key, offered)
             except Exception as err:  # noqa: BLE001 - one Stack's failure must not end the thread
-                # No traceback: its frames' locals are not ours to print.
-                log.warning("Acknowledging a Stack failed", key=str(key), error=repr(err))
+                self._failed(key, offered, err)
+            else:
+                self._streak.succeeded()
+
+    def _failed(self, key: ObjectKey, offered: _Offered, err: Exception) -> None:
+        """Log (once per streak), offer ``key`` again if it may pass, back off."""
+        # No traceback for a client failure: the streak logs one only for a bug.
+        delay = self._streak.failed(err, key=str(key))
+        with self._wake:
+            if retryable(err) and not self._closed:
+                self._pending.setdefault(key, offered)
+            resume_at = self._clock.now() + delay
+            while not self._closed and self._clock.now() < resume_at:
+                self._clock.wait_until(self._wake, resume_at)
 
     def _acknowledge(self, key: ObjectKey, offered: _Offered) -> None:
         taken = self._clock.now()

@@ -32,11 +32,12 @@ flight, so a late progress write can never overwrite a conclusion.
 API outages. Each API call gets the short in-call retries of ``controller.retry`` (up to
 ``retry_budget`` seconds). Beyond that:
 
-- ``update`` keeps trying, backing off from 0.2 s to 10 s, until the conclusion lands, the
-  object is gone (404) or the writer is closed: a transient failure (connection error, 429,
-  5xx, a 401/403 just after one) never loses an outcome. A conflict on the way still re-reads
-  the object and applies ``mutate`` to fresh data. A status too large to store is not
-  transient: ``StatusTooLargeError``, so that the caller can write a smaller one.
+- ``update`` keeps trying, backing off from 0.2 s to 10 s on the clock, until the conclusion
+  lands, the object is gone (404) or the writer is closed: a transient failure (connection
+  error, 429, 5xx, a 401/403 just after one) never loses an outcome. A conflict on the way
+  still re-reads the object and applies ``mutate`` to fresh data. A status too large to
+  store is not transient: ``StatusTooLargeError``, so that the caller can write a smaller
+  one.
 - The progress thread survives any exception: it logs, backs off (0.2 s doubling to 10 s),
   and keeps a transiently failed intent pending until it lands or a newer one replaces it.
   ``alive()`` says whether it still runs (for ``/healthz``).
@@ -312,7 +313,7 @@ class StatusWriter:
                         wait=wait,
                         error=str(err),
                     )
-                if self._closing.wait(wait):
+                if self._clock.wait_event(self._closing, self._clock.now() + wait):
                     raise
 
     def _publish_loop(self) -> None:

@@ -138,23 +138,51 @@ def test_pending_generation_reads_the_crd_default_status_as_not_seen() -> None:
 
 
 def test_a_failing_write_does_not_end_the_thread() -> None:
-    """One Stack's failed write leaves the thread serving the others."""
+    """One Stack's failed write leaves the thread serving the others, after a backoff."""
     writer = FakeWriter(stack("bad", 1), stack("good", 1))
 
     def boom(key: ObjectKey, mutate: Mutation) -> bool:
         if key.name == "bad":
-            raise RuntimeError("apiserver gone")
+            raise RuntimeError("a bug")
         return FakeWriter.update(writer, key, mutate)
 
     writer.update = boom  # type: ignore[method-assign]
-    ack = start(writer)
+    clock = FakeClock()
+    ack = Acknowledger(writer, writer, active=lambda: True, clock=clock)
     try:
         ack.on_add(writer.objects[ObjectKey("ns", "bad")])
         ack.on_add(writer.objects[ObjectKey("ns", "good")])
+        assert clock.wait_for_waiters(1), "the thread backs off on its clock"
+        clock.step(30.0)
         writer.wait_written(ObjectKey("ns", "good"))
         assert ack.alive()
     finally:
         ack.close()
+
+
+def test_a_stack_whose_write_may_pass_later_is_offered_again() -> None:
+    """A client failure (the API server away): the same Stack is written after the backoff."""
+    writer = FakeWriter(stack("a", 1))
+    failures = [ConnectionRefusedError(111, "Connection refused")]
+
+    def flaky(key: ObjectKey, mutate: Mutation) -> bool:
+        if failures:
+            raise failures.pop()
+        return FakeWriter.update(writer, key, mutate)
+
+    writer.update = flaky  # type: ignore[method-assign]
+    clock = FakeClock()
+    ack = Acknowledger(writer, writer, active=lambda: True, clock=clock)
+    with structlog.testing.capture_logs() as logs:
+        try:
+            ack.on_add(writer.objects[ObjectKey("ns", "a")])
+            assert clock.wait_for_waiters(1), "the thread backs off on its clock"
+            clock.step(30.0)
+            writer.wait_written(ObjectKey("ns", "a"))
+        finally:
+            ack.close()
+    events = [e["event"] for e in logs if e.get("loop") == "acknowledger"]
+    assert events == ["A loop failed; backing off", "A loop recovered"]
 
 
 class SlowWriter(FakeWriter):

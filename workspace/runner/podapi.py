@@ -14,8 +14,11 @@ Guarantees of ``PodChanges``:
   ``final`` is the newest state the pod had, kept after it is deleted (the ``DELETED``
   event's), so that why it ended can still be read.
 * A watch that ends (the server's timeout, a dropped connection, ``410 Gone``) is started
-  again from the pod read afresh by name; the state read is published. Errors are retried
-  after ``RETRY_DELAY`` seconds, on the clock, for as long as the watch is open.
+  again from the pod read afresh by name; the state read is published. The thread outlives
+  any error (the API server away, a line that does not decode, a bug): it backs off on the
+  clock, from ``RETRY_DELAY`` seconds doubling to ``MAX_RETRY_DELAY``, and tries again for
+  as long as the watch is open; a streak of errors is logged once
+  (``controller.failures.FailureStreak``).
 * ``wait`` never waits past its deadline on the injected ``Clock`` and returns early on any
   new state; ``close`` ends the thread's stream at once.
 """
@@ -35,6 +38,7 @@ from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
 from controller.coreapi import CoreApi
+from controller.failures import Backoff, FailureStreak
 from workspace.runner import podspec
 from workspace.runner.channel import MAX_LINE
 from workspace.runner.job import RunJob
@@ -45,7 +49,8 @@ log = structlog.get_logger(__name__)
 API_TIMEOUT = 30  # seconds: connect and read of one API call
 LOG_READ_TIMEOUT = 120  # seconds of a silent log stream before the pod is looked at again
 WATCH_SECONDS = 240  # the server ends each watch after this long; it is started again
-RETRY_DELAY = 1.0  # seconds between attempts to watch again after an error
+RETRY_DELAY = 1.0  # seconds before the first attempt to watch again after an error
+MAX_RETRY_DELAY = 8.0  # seconds: the longest backoff between two such attempts
 
 
 class PodApi:
@@ -174,8 +179,12 @@ class PodChanges:
         self._final = pod
         self._closed = False
         self._response: BaseHTTPResponse | None = None
+        backoff = Backoff(initial=RETRY_DELAY, cap=MAX_RETRY_DELAY)
+        self._streak = FailureStreak("run pod watch", clock, backoff=backoff)
         since = resource_version(pod) if pod is not None else ""
-        self._thread = threading.Thread(target=self._watch, args=(since,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch, args=(since,), name="run-pod-watch", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -236,8 +245,7 @@ class PodChanges:
             except Exception as err:  # noqa: BLE001 - retried: the API server may be away
                 if self._is_closed():
                     return  # close() shut the socket under the read: no failure
-                log.debug("Watching the run pod failed", error=type(err).__name__)
-                self._pause()
+                self._failed(err)
                 since = ""
             if not since and not self._is_closed():
                 since = self._read_again()
@@ -245,6 +253,7 @@ class PodChanges:
     def _stream(self, since: str) -> str:
         """Publish the watch's events; the resourceVersion to go on from ("" to re-read)."""
         response = self._api.watch(self._job, since)
+        self._streak.succeeded(pod=podspec.pod_name(self._job.stack_name))
         with self._changed:
             self._response = response
             closed = self._closed
@@ -276,18 +285,20 @@ class PodChanges:
         try:
             pod = self._api.read(self._job)
         except Exception as err:  # noqa: BLE001 - the next watch tries again
-            log.debug("Reading the run pod failed", error=type(err).__name__)
-            self._pause()
+            self._failed(err)
             return ""
+        self._streak.succeeded(pod=podspec.pod_name(self._job.stack_name))
         if pod is None:
             self._publish(None)
             return ""  # watching from "now" reports it if it comes back
         self._publish(pod)
         return resource_version(pod)
 
-    def _pause(self) -> None:
+    def _failed(self, err: Exception) -> None:
+        """Log ``err`` (once per streak) and back off on the clock, or until closed."""
+        delay = self._streak.failed(err, pod=podspec.pod_name(self._job.stack_name))
         with self._changed:
-            deadline = self._clock.now() + RETRY_DELAY
+            deadline = self._clock.now() + delay
             while not self._closed and self._clock.now() < deadline:
                 self._clock.wait_until(self._changed, deadline)
 
