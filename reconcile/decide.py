@@ -13,7 +13,8 @@ A run is due, in this order, when:
    ``retryMaxBackoffDurationSeconds``) has passed — unless the failure cap was reached, or
    the failure was one that needs a change (the run left the Stack Stalled with a reason
    in ``reconcile.policy.STALLED_BY_A_RUN``), in which case nothing runs until one of 2-4
-   happens;
+   happens; a lock held by another update (``UpdateConflict``) is looked at again every
+   ``wait_poll`` instead;
 7. ``continueResyncOnCommitMatch`` is set and a resync period has passed since the last run.
 
 Otherwise nothing is due and the answer says when to look again (the next branch poll or
@@ -30,7 +31,7 @@ from typing import Any
 from controller.clock import parse_time
 from reconcile.policy import STALLED_BY_A_RUN, Policy, backoff, poll_period
 from reconcile.spec import StackSpec
-from status.conditions import STALLED, get_condition
+from status.conditions import STALLED, Reason, get_condition
 
 NEW_GENERATION, REQUESTED, NEW_COMMIT = "new generation", "reconcile requested", "new commit"
 RESUME, INTERRUPTED, RETRY, RESYNC = "resume", "interrupted", "retry", "resync"
@@ -135,8 +136,22 @@ def _after_failure(
     if failures >= policy.max_update_failures:
         return Decision(requeue_after=poll_period(spec), exhausted=True)
     ended = parse_time(last.get("lastResyncTime")) or observed.now
-    wait = backoff(failures, spec, policy) - (observed.now - ended).total_seconds()
+    wait = _retry_wait(last, failures, spec, policy) - (observed.now - ended).total_seconds()
     return Decision(RETRY) if wait <= 0 else Decision(requeue_after=wait)
+
+
+def _retry_wait(
+    last: Mapping[str, Any], failures: int, spec: StackSpec, policy: Policy
+) -> float:
+    """Seconds between the end of the last attempt and the next.
+
+    A lock held by another update is looked at again every ``wait_poll``: it is not a
+    failure, and a look is an announced run (two status writes and an Event), so the
+    failures' backoff, which a conflict does not raise, would make it a loop.
+    """
+    if last.get("reason") == Reason.UPDATE_CONFLICT:
+        return policy.wait_poll
+    return backoff(failures, spec, policy)
 
 
 def _stalled_by_the_run(status: Mapping[str, Any]) -> bool:

@@ -186,7 +186,9 @@ def test_a_lock_held_by_another_update_is_waited_for(h: Harness) -> None:
     assert h.message() == "Waiting for another update to finish: locked by ci"
     assert h.status["lastUpdate"]["failures"] == 0
     assert h.metrics.updates == [("up", "conflict")]
-    h.clock.step(30)
+    h.clock.step(29)
+    assert h.reconcile() == Result(requeue_after=1), "not at the failures' backoff: 10 s"
+    h.clock.step(1)
     h.runner.then(h.fail(ErrorKind.CONFLICT, message="locked by ci"))
     h.reconcile()
     conflicts = [e for e in h.events.posted if e.reason == "UpdateConflict"]
