@@ -406,8 +406,8 @@ def stacks(bed: Bed, sentinels: Sentinels) -> Iterator[Stacks]:
         helper.secret("pulumi-secrets", {"passphrase": sentinels.passphrase})
         yield helper
         # Every status the operator wrote, intermediate and final, keeps the status contract's
-        # rules 1-18; every Event is well formed (status contract rule 21) and every Warning
-        # matches a condition (status contract rule 19).
+        # rules 1-18 and 30 (no status rewritten in a loop); every Event is well formed
+        # (status contract rule 21) and every Warning matches a condition (rule 19).
         watcher.assert_clean()
         events = helper.core.list_namespaced_event(namespace).items
         # The operator's: under the pod runner, the kubelet's Events about run pods are

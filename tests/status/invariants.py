@@ -25,6 +25,7 @@ from typing import Self, cast
 from kubernetes import client, watch
 from urllib3.exceptions import HTTPError
 
+from tests.status import churn_rules
 from tests.status.status_rules import (
     Violation,
     check,
@@ -331,9 +332,24 @@ class StackWatcher:
             found += unhandled_request([o.obj for o in history])
         return found
 
+    def churn_violations(self) -> list[str]:
+        """Status contract rule 30 on every Stack seen: no status rewritten in a loop."""
+        found = []
+        for name in self.names():
+            key = f"{self._namespace}/{name}"
+            found += [
+                f"{key} status contract rule {churn_rules.RULE}: {wrong}"
+                for wrong in churn_rules.violations(self.observations(name))
+            ]
+        return found
+
     def assert_clean(self, *, final: bool = True) -> None:
-        """Fail listing every violation (and watcher failure); ``final`` adds ``final_check``."""
+        """Fail listing every violation (and watcher failure); ``final`` adds ``final_check``.
+
+        Rule 30 (``churn_violations``) is checked too.
+        """
         found = [str(v) for v in self.violations() + (self.final_check() if final else [])]
+        found += self.churn_violations()
         with self._lock:
             found += [f"{self._namespace}: the watch failed: {e}" for e in self._errors]
         if found:
