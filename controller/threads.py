@@ -7,8 +7,10 @@ test steps it instead of sleeping.
 
 Guarantees: `join_until` returns True only once every thread started so far has returned
 (the threads are then no longer alive); it returns False at `deadline` without stopping
-any. A thread counts as returned even when its target raised; an exception that ends a
-thread is logged (structlog, with the thread's name), and `alive()` is False from then on.
+any. `alive()` is True while no started thread has returned: a thread counts as running
+from just before it starts, so a probe never sees one that is starting as dead. A thread
+counts as returned even when its target raised; an exception that ends a thread is logged
+(structlog, with the thread's name), and `alive()` is False from then on.
 A target that must not end so keeps its own loop alive (`controller.failures`).
 """
 
@@ -31,7 +33,9 @@ class ThreadGroup:
         """No thread yet; deadlines passed to `join` are on `clock`."""
         self._clock = clock
         self._cond = threading.Condition()
-        # Guarded by _cond: how many started threads have not returned yet.
+        # Guarded by _cond: how many threads were started, how many of them have not
+        # returned yet (a thread counts from just before it starts), and the threads.
+        self._started = 0
         self._running = 0
         self._threads: list[threading.Thread] = []
 
@@ -39,23 +43,28 @@ class ThreadGroup:
         """Run `target` in a new daemon thread named `name`; returns that thread."""
         thread = threading.Thread(target=self._run, args=(target, name), name=name, daemon=True)
         with self._cond:
+            self._started += 1
             self._running += 1
         try:
             thread.start()
         except BaseException:
             with self._cond:
+                self._started -= 1
                 self._running -= 1
             raise
-        self._threads.append(thread)
+        with self._cond:
+            self._threads.append(thread)
         return thread
 
     def started(self) -> int:
-        """Return how many threads were started."""
-        return len(self._threads)
+        """Return how many threads were started (counted from just before each starts)."""
+        with self._cond:
+            return self._started
 
     def alive(self) -> bool:
         """True while every started thread runs (also when none was started)."""
-        return all(t.is_alive() for t in self._threads)
+        with self._cond:
+            return self._running == self._started
 
     def join_until(self, deadline: float | None) -> bool:
         """Wait until every started thread returned or `now() >= deadline`; True if all did."""
@@ -64,7 +73,8 @@ class ThreadGroup:
                 self._clock.wait_until(self._cond, deadline)
             if self._running:
                 return False
-        for thread in self._threads:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join()  # each is past its last statement: this only reaps it
         return True
 

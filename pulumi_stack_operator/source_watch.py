@@ -200,9 +200,9 @@ class SourceWatch:
         ]
         handler = Referrers(kind.kind, self._stacks, self._enqueue)
         informer = Informer(watchers, handler, clock=self._clock, resource=kind.plural)
+        informer.run()  # before it is seen: alive() never finds it not started yet
         with self._lock:
             self._informers[kind.kind] = informer
-        informer.run()
         log.info("Watching a program source kind", kind=kind.kind, version=version)
 
     def _served_version(self, kind: SourceKind) -> str | None:

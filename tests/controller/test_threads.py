@@ -82,3 +82,13 @@ def test_a_thread_ended_by_an_exception_says_so_and_the_group_is_not_alive() -> 
         "doomed",
         "error",
     )
+
+
+def test_a_thread_counts_as_started_and_running_from_its_first_statement() -> None:
+    """A probe asking while a thread starts never finds it missing or dead."""
+    group = ThreadGroup(FakeClock())
+    seen: list[tuple[int, bool]] = []
+    group.start(lambda: seen.append((group.started(), group.alive())), "first")
+    assert group.join_until(None)
+    assert seen == [(1, True)]
+    assert not group.alive()  # it has returned
