@@ -192,6 +192,15 @@ class SourceController:
             )
         return found
 
+    def patch(
+        self, namespace: str, name: str, body: dict[str, Any], kind: str = "GitRepository"
+    ) -> None:
+        """Merge-patch one source object of ``kind`` with ``body``."""
+        with self._api() as api:
+            client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind], name, body
+            )
+
     def reconcile_now(self, namespace: str, name: str, kind: str = "GitRepository") -> None:
         """Ask for a reconcile before the interval ends (``flux reconcile``'s annotation)."""
         now = datetime.datetime.now(datetime.UTC).isoformat()

@@ -12,6 +12,7 @@ logs nothing more about it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import secrets
 from collections import Counter
@@ -22,10 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
+from controller.clock import parse_time
 from testbed.git_server import GitServer
 from testbed.node import deployment
 from testbed.waits import wait_for
-from tests.e2e.conftest import Program, Sentinels, Stacks, find
+from tests.e2e.conftest import Program, Sentinels, Stacks, find, has_reason
 from tests.e2e.waits import wait_mid_step
 from tests.node.faults import fault_stack
 from tests.node.fixtures import CLAIM
@@ -86,6 +88,40 @@ def delete_mid_run(node_cluster: Any, doomed: Stacks, state: Path, body: dict[st
     wait_mid_step(state / "backend", name, "creating file", timeout=240)
     assert doomed.core.read_namespaced_pod(f"{name}-pulumi", doomed.namespace)
     node_cluster.kubectl("delete", "namespace", doomed.namespace, "--wait=false")
+
+
+def retried_with_backoff(doomed: Stacks, name: str, attempts: int = 5) -> None:
+    """The blocked destroy is tried again after 1, 2, 4, 8 s (``--update-retry-base=1``).
+
+    Not on every watch event of its own writes (status contract rule 30): each attempt's
+    ``lastUpdate`` is written at least its backoff after the one before, and the versions
+    between are that attempt's own writes (Destroying, then DeletionBlocked).
+    """
+
+    def failed() -> int:
+        return int(
+            (doomed.get(name).get("status", {}).get("lastUpdate") or {}).get("failures") or 0
+        )
+
+    wait_for(lambda: failed() >= attempts, f"{attempts} destroys of {name} to fail", 120)
+    assert doomed.watcher is not None
+    seen = [o for o in doomed.watcher.observations(name) if o.obj.get("status")]
+    ended: dict[int, str] = {}
+    for observation in seen:
+        last = observation.obj["status"].get("lastUpdate") or {}
+        if last.get("type") == "destroy" and last.get("failures"):
+            ended.setdefault(int(last["failures"]), str(last["lastResyncTime"]))
+    times = [parse_time(ended[n]) for n in range(1, attempts + 1)]
+    for n, (earlier, later) in enumerate(itertools.pairwise(times), start=1):
+        assert earlier is not None
+        assert later is not None
+        waited = (later - earlier).total_seconds()
+        assert waited >= 2 ** (n - 1) - 1, f"attempt {n + 1} came {waited}s after attempt {n}"
+    first = next(o.seen_at for o in seen if has_reason(o.obj, "Ready", "DeletionBlocked"))
+    since = [o for o in seen if o.seen_at >= first]
+    span = max(since[-1].seen_at - first, 1.0)
+    print(f"{name}: {len(since)} versions in {span:.1f}s after DeletionBlocked")  # noqa: T201
+    assert len(since) <= 3 * attempts, [o.obj["status"].get("conditions") for o in since]
 
 
 def quiet_about(node_cluster: Any, bystander: Stacks, name: str, namespace_name: str) -> None:
@@ -154,6 +190,7 @@ def test_a_namespace_deleted_mid_run_with_destroy_on_finalize_waits_for_its_owne
         # No Event: the API server refuses new objects, Events too, in a namespace being
         # deleted; the status is where the Stack says it.
         assert "finalizer.stack.pulumi.com" in doomed.get("kept")["metadata"]["finalizers"]
+        retried_with_backoff(doomed, "kept")
         pod_tenant.wait_ready("onlooker", timeout=240)  # unaffected meanwhile
         doomed.patch("kept", {"spec": {"destroyOnFinalize": False}})
         gone(node_cluster, doomed.namespace)
