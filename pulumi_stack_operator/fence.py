@@ -100,6 +100,7 @@ class PodPresence:
         """
         if status == 401:
             if self.refused_since is None:
+                log.warning("The API server refuses this pod's ServiceAccount token")
                 self.refused_since = self.clock.now()
             self.refusals += 1
         elif status is not None and status != 429 and status < 500:
