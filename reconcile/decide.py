@@ -140,9 +140,7 @@ def _after_failure(
     return Decision(RETRY) if wait <= 0 else Decision(requeue_after=wait)
 
 
-def _retry_wait(
-    last: Mapping[str, Any], failures: int, spec: StackSpec, policy: Policy
-) -> float:
+def _retry_wait(last: Mapping[str, Any], failures: int, spec: StackSpec, policy: Policy) -> float:
     """Seconds between the end of the last attempt and the next.
 
     A lock held by another update is looked at again every ``wait_poll``: it is not a
