@@ -56,4 +56,5 @@ def refused_account(
     name, tenancy = spec.service_account_name, settings.tenancy
     if accounts is None or not settings.remote_runs or not tenancy.checks_accounts(name):
         return None
-    return account_refusal(name, accounts.labels(namespace, name), namespace, tenancy)
+    labels = accounts.labels(namespace, name)
+    return account_refusal(name, labels, namespace, tenancy, spec.service_account_field)

@@ -91,16 +91,19 @@ def _toleration_refusal(pod: Mapping[str, Any], tenancy: Tenancy) -> str | None:
 
 
 def account_refusal(
-    name: str, labels: Mapping[str, str] | None, namespace: str, tenancy: Tenancy
+    name: str,
+    labels: Mapping[str, str] | None,
+    namespace: str,
+    tenancy: Tenancy,
+    field: str = "spec.serviceAccountName",
 ) -> str | None:
     """Why ServiceAccount ``name`` (``labels``; None: it does not exist) may not run the Stack.
 
     None when it may: it is listed in ``allowed_service_accounts``, or labelled
-    ``RUNNER_LABEL=true``.
+    ``RUNNER_LABEL=true``. ``field`` is where the Stack named it (the message starts with it).
     """
     if not tenancy.checks_accounts(name):
         return None
-    field = "spec.serviceAccountName"
     if labels is None:
         return (
             f'{field}: ServiceAccount "{name}" not found in namespace "{namespace}": create '

@@ -28,14 +28,19 @@ Guarantees:
 - Refused on purpose: ``Env``/``FS`` refs (they read the operator's own environment and
   filesystem), cross-namespace Secret refs, PKO's deprecated fields (the error names the
   replacement), more than one program source (``projectRepo``, ``fluxSource``,
-  ``programRef``), git fields beside a Flux source or a Program.
+  ``programRef``), git fields beside a Flux source or a Program, the parts of
+  ``workspaceTemplate`` that would weaken the run pod, and ``..`` in a source's directory (a
+  leading ``/`` there means the source's root, as PKO reads it). The refusals by field name
+  are public (``DEPRECATED_FIELDS``, ``REFUSED_REF_TYPES``, ``REFUSED_POD_FIELDS``,
+  ``REFUSED_CONTAINER_FIELDS``; ``WORKSPACE_FIELDS``, ``POD_FIELDS``, ``CONTAINER_FIELDS``
+  are the keys read), so that the docs' table of differences is checked against them.
 - Refused because they could only fail at run time: a ``projectRepo`` git cannot or must not
   fetch (a scheme other than https, http, ssh, git or scp-like ``user@host:path``, a local
   path or ``file://``, a host or user starting with ``-``, credentials in the URL), a commit
-  that is not 4 to 64 hex digits, a ref that is not a branch, a config key Pulumi cannot
-  parse, an unknown ``secretsProvider``, an organisation other than ``organization`` on a
-  self-managed (DIY) ``backend``, config values over the size budget. Messages never repeat
-  a URL's user information.
+  that is not a full SHA (40 or 64 hex digits), a ref that is not a branch, a config key
+  Pulumi cannot parse, an unknown ``secretsProvider``, an organisation other than
+  ``organization`` on a self-managed (DIY) ``backend``, config values over the size budget.
+  Messages never repeat a URL's user information.
 
 Left to others: reading Secrets (``reconcile.refs``), reaching the git remote, checking that
 prerequisite Stacks exist, checking ``repoDir`` inside the checkout (``workspace.source``),
@@ -56,6 +61,7 @@ from reconcile.spec.model import (
     DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
     DEFAULT_SERVICE_ACCOUNT,
     MIN_RESYNC_SECONDS,
+    SERVICE_ACCOUNT_FIELDS,
     GitAuth,
     Prerequisite,
     ResourceRef,
@@ -66,17 +72,33 @@ from reconcile.spec.model import (
     referenced_config_maps,
     referenced_secrets,
 )
-from reconcile.spec.parse import SPEC_FIELDS, parse_spec
+from reconcile.spec.parse import DEPRECATED_FIELDS, SPEC_FIELDS, parse_spec
+from reconcile.spec.resource_refs import REFUSED_REF_TYPES
+from reconcile.spec.workspace import (
+    CONTAINER_FIELDS,
+    POD_FIELDS,
+    REFUSED_CONTAINER_FIELDS,
+    REFUSED_POD_FIELDS,
+    WORKSPACE_FIELDS,
+)
 
 __all__ = [
+    "CONTAINER_FIELDS",
     "DEFAULT_RETRY_MAX_BACKOFF_SECONDS",
     "DEFAULT_SERVICE_ACCOUNT",
+    "DEPRECATED_FIELDS",
     "DIY_ORGANIZATION",
     "MAX_CONFIG_TOTAL_BYTES",
     "MAX_CONFIG_VALUE_BYTES",
     "MIN_RESYNC_SECONDS",
+    "POD_FIELDS",
+    "REFUSED_CONTAINER_FIELDS",
+    "REFUSED_POD_FIELDS",
+    "REFUSED_REF_TYPES",
     "SECRETS_PROVIDER_KINDS",
+    "SERVICE_ACCOUNT_FIELDS",
     "SPEC_FIELDS",
+    "WORKSPACE_FIELDS",
     "GitAuth",
     "Prerequisite",
     "ResourceRef",

@@ -25,6 +25,12 @@ DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 86400
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
 """The ServiceAccount a run pod runs as when ``serviceAccountName`` is unset (as PKO v2)."""
 
+SERVICE_ACCOUNT_FIELDS: Final = (
+    "spec.serviceAccountName",
+    "spec.workspaceTemplate.spec.serviceAccountName",
+)
+"""Where a Stack names its run pods' ServiceAccount: PKO v2's field, and PKO's e2e suite's."""
+
 SecurityProfile: TypeAlias = Literal["restricted", "baseline"]
 PullPolicy: TypeAlias = Literal["Always", "IfNotPresent", "Never"]
 ReclaimPolicy: TypeAlias = Literal["Delete", "Retain"]
@@ -278,6 +284,8 @@ class StackSpec:
     """Deadline of one run in seconds, overriding the operator's default (None: the default)."""
     service_account_name: str = DEFAULT_SERVICE_ACCOUNT
     """The ServiceAccount a run pod runs as (pod runner only; the local runner ignores it)."""
+    service_account_field: str = SERVICE_ACCOUNT_FIELDS[0]
+    """The field that named it (one of ``SERVICE_ACCOUNT_FIELDS``), for messages about it."""
     workspace: Workspace = field(default_factory=Workspace)
     """How a run pod is built (pod runner only; the local runner ignores it)."""
     workspace_reclaim_policy: ReclaimPolicy = "Delete"
@@ -285,6 +293,9 @@ class StackSpec:
 
     def __post_init__(self) -> None:
         """Keep the mappings read-only even when a caller passes plain dicts."""
+        if self.service_account_field not in SERVICE_ACCOUNT_FIELDS:
+            msg = f"service_account_field is one of {SERVICE_ACCOUNT_FIELDS}"
+            raise ValueError(msg)
         for name in ("config", "config_ref", "secrets_ref", "env_refs"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 

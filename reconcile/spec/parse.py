@@ -43,7 +43,7 @@ from reconcile.spec.sources import (
     read_environments,
     read_source,
 )
-from reconcile.spec.workspace import read_service_account_name, read_workspace
+from reconcile.spec.workspace import read_service_account, read_workspace
 
 _SUPPORTED: Final = frozenset(
     {
@@ -85,8 +85,7 @@ _SUPPORTED: Final = frozenset(
     }
 )
 
-# Deprecated PKO fields → what to use instead.
-_DEPRECATED: Final = MappingProxyType(
+DEPRECATED_FIELDS: Final = MappingProxyType(
     {
         "accessTokenSecret": "envRefs.PULUMI_ACCESS_TOKEN with type: Secret",
         "envs": "envRefs (one entry per variable)",
@@ -95,8 +94,9 @@ _DEPRECATED: Final = MappingProxyType(
         "gitAuthSecret": "gitAuth",
     }
 )
+"""PKO's deprecated spec fields, refused here, and what to use instead."""
 
-SPEC_FIELDS: Final = _SUPPORTED | _DEPRECATED.keys()
+SPEC_FIELDS: Final = _SUPPORTED | DEPRECATED_FIELDS.keys()
 """Every spec field the parser knows (supported and deprecated).
 
 The CRD declares exactly these, so that none is pruned silently.
@@ -133,6 +133,7 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
     check_no_overlap(config, secrets_ref)
     stack, backend = read_stack_and_backend(root)
     _check_update_template(root)
+    account, account_field = read_service_account(root)
     return StackSpec(
         stack=stack,
         backend=backend,
@@ -155,14 +156,15 @@ def parse_spec(spec: Mapping[str, Any], namespace: str) -> StackSpec:
         resync_frequency_seconds=_resync_frequency(root),
         retry_max_backoff_duration_seconds=_retry_max_backoff(root),
         timeout_seconds=_timeout(root),
-        service_account_name=read_service_account_name(root),
+        service_account_name=account,
+        service_account_field=account_field,
         workspace=read_workspace(root),
         **{attr: read_bool(root, SPEC, key) for attr, key in _FLAGS.items()},
     )
 
 
 def _refuse_unsupported(root: Mapping[str, Any]) -> None:
-    for name, replacement in _DEPRECATED.items():
+    for name, replacement in DEPRECATED_FIELDS.items():
         if is_set(root.get(name)):
             problem = f"deprecated Pulumi Kubernetes Operator field, refused: use {replacement}"
             raise SpecError(SPEC / name, problem)

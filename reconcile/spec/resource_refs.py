@@ -34,12 +34,13 @@ _REF_FIELDS: Final = frozenset({"type", "secret", "literal", "env", "filesystem"
 _SELECTORS: Final = MappingProxyType(
     {"Secret": "secret", "Literal": "literal", "Env": "env", "FS": "filesystem"}
 )
-_REFUSED: Final = MappingProxyType(
+REFUSED_REF_TYPES: Final = MappingProxyType(
     {
         "Env": "type Env reads an environment variable of the operator's own process",
         "FS": "type FS reads a file from the operator's own filesystem",
     }
 )
+"""PKO's ResourceRef types refused here (in every ref: envRefs, secretsRef, gitAuth), and why."""
 
 
 def read_refs(
@@ -127,8 +128,9 @@ def _optional_ref(
 def _ref(raw: object, path: FieldPath, namespace: str) -> ResourceRef:
     ref = read_object(raw, path, _REF_FIELDS)
     kind = required_string(ref, path, "type")
-    if kind in _REFUSED:
-        problem = f"{_REFUSED[kind]} and is refused: put the value in a Secret, use type: Secret"
+    if kind in REFUSED_REF_TYPES:
+        why = REFUSED_REF_TYPES[kind]
+        problem = f"{why} and is refused: put the value in a Secret, use type: Secret"
         raise SpecError(path / "type", problem)
     if kind not in _SELECTORS:
         raise SpecError(path / "type", f"unknown type {kind!r}: use Secret or Literal")

@@ -6,8 +6,9 @@ Role: read the three program sources (``projectRepo`` with ``commit`` or ``branc
 with a ``SpecError`` that names the field and the fix.
 
 Guarantees: exactly one source comes out (``Source``); a directory never leaves its source
-(no leading ``/``, no ``..``); names are what the API server accepts for the objects they
-name, so a reference can never reach another namespace or an invalid object.
+(a leading ``/`` means the source's root, as PKO reads it; ``..`` is refused) and comes out
+relative; a pinned commit is a full SHA; names are what the API server accepts for the
+objects they name, so a reference can never reach another namespace or an invalid object.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from reconcile.spec.model import (
 )
 from reconcile.spec.names import is_data_key, subdomain
 from reconcile.spec.repo_url import check_repo_url
-from workspace.gitref import branch_name, is_commit
+from workspace.gitref import branch_name
+
+FULL_SHA_DIGITS: Final = (40, 64)
+"""The lengths of a full commit SHA: SHA-1, and SHA-256 repositories'."""
+
+_HEX: Final = re.compile(r"[0-9a-fA-F]+")
+_GIT_MIN_ABBREV: Final = 4  # git resolves no shorter abbreviation
+_QUOTED_CHARS: Final = 72
 
 _ESC_PART: Final = r"[A-Za-z0-9_][-A-Za-z0-9_.]*"
 _ENVIRONMENT: Final = re.compile(rf"{_ESC_PART}(/{_ESC_PART}){{0,2}}(@[-A-Za-z0-9_.]+)?")
@@ -105,12 +113,35 @@ def _git(root: Mapping[str, Any]) -> Source:
 
 
 def _commit(commit: str) -> str:
-    # The CRD's pattern asks for a full SHA (40 or 64 hex digits); the parser takes what git
-    # can resolve, which is all that safety needs (the value reaches git's command line).
-    if not is_commit(commit):
-        problem = "must be a commit SHA: 4 to 64 hex digits (the 40 git rev-parse <rev> prints)"
-        raise SpecError(SPEC / "commit", problem)
-    return commit.lower()
+    """``commit`` as a full SHA in lower case.
+
+    Only a full SHA pins a commit: the checkout fetches a commit by its id alone (a shallow
+    fetch cannot look an abbreviation up), an abbreviation can become ambiguous as the
+    repository grows, and status records the SHA the run deployed. The CRD takes any string
+    (as PKO's does), so that this message is the one a user sees.
+    """
+    digits = len(commit) if _HEX.fullmatch(commit) else 0
+    if digits in FULL_SHA_DIGITS:
+        return commit.lower()
+    rev = commit if _GIT_MIN_ABBREV <= digits < min(FULL_SHA_DIGITS) else "<rev>"
+    fix = (
+        "write the full SHA, 40 hex digits (64 in a SHA-256 repository), as"
+        f" git rev-parse {rev} prints it in a clone of the repository"
+    )
+    if not digits:
+        what, fix = "is not a commit SHA", f"{fix}; to follow a branch, set spec.branch instead"
+    elif digits < min(FULL_SHA_DIGITS):
+        what = f"is an abbreviated SHA ({digits} hex digits)"
+    else:
+        what = f"is not a full SHA ({digits} hex digits)"
+    raise SpecError(SPEC / "commit", f"{_quoted(commit)} {what}: {fix}")
+
+
+def _quoted(value: str) -> str:
+    """``value`` quoted for a message, its end cut past ``_QUOTED_CHARS`` characters."""
+    if len(value) <= _QUOTED_CHARS:
+        return repr(value)
+    return f"{value[:_QUOTED_CHARS]!r}..."
 
 
 def _branch(branch: str) -> str:
@@ -150,18 +181,18 @@ def _program_ref(raw: object) -> str:
 
 
 def read_directory(obj: Mapping[str, Any], path: FieldPath, key: str, inside: str) -> str | None:
-    """``obj[key]``, a directory relative to the top of ``inside`` (None: the top).
+    """``obj[key]``, a directory inside ``inside``, relative to its top (None: the top).
+
+    A leading ``/`` means the top of ``inside``, as PKO reads it (it joins the directory to
+    the source's root): ``/app`` and ``app`` are the same directory.
 
     Raises:
-        SpecError: an absolute path, or one with ``..`` components or a NUL.
+        SpecError: a path with ``..`` components or a NUL.
     """
     raw = read_string(obj, path, key)
     if raw is None:
         return None
-    if raw.startswith("/"):
-        problem = f"must be relative to the root of {inside}: remove the leading /"
-        raise SpecError(path / key, problem)
-    parts = PurePosixPath(raw)
+    parts = PurePosixPath(raw.lstrip("/") or ".")
     if ".." in parts.parts or "\x00" in raw:
         problem = f"must stay inside {inside}: remove the .. components"
         raise SpecError(path / key, problem)

@@ -1,9 +1,10 @@
 """``serviceAccountName`` and ``workspaceTemplate``: who a run pod runs as, and how it is built.
 
-Role: parse PKO v2's ``spec.serviceAccountName`` and the subset of ``spec.workspaceTemplate``
-the pod runner applies into a ``Workspace``: the image, its pull policy, the Pod Security
-Standard, and the pod overrides, a JSON object with exactly these keys, each present only
-when given (empty means unset):
+Role: parse the run pods' ServiceAccount, named by PKO v2's ``spec.serviceAccountName`` or,
+as PKO's own e2e suite names it, ``spec.workspaceTemplate.spec.serviceAccountName`` (both
+set must agree), and the subset of ``spec.workspaceTemplate`` the pod runner applies into a
+``Workspace``: the image, its pull policy, the Pod Security Standard, and the pod overrides,
+a JSON object with exactly these keys, each present only when given (empty means unset):
 
 - ``labels``, ``annotations``: ``workspaceTemplate.metadata``, then ``spec.podTemplate.metadata``
   (which wins a clash);
@@ -18,10 +19,12 @@ AppArmor, seccomp, service meshes, runtimes...); volumes and mounts that would w
 pod or take the runner's (``reconcile.spec.volumes``: ``hostPath``, ``/workspace``...); and
 whatever else would weaken the run pod or fight the runner: host namespaces, security
 contexts, init or extra containers, the ``pulumi`` container's command, args, image and
-securityContext, a ServiceAccount in the pod template (use ``spec.serviceAccountName``) and
-the runner's variables (``PSO_*``, ``HOME``, ``PULUMI_HOME``, ``TMPDIR``). An unknown key is
-refused at every level, and the message lists the supported ones. An env ``value`` may be ""
-(an explicitly empty variable); elsewhere empty means unset.
+securityContext, a ServiceAccount in the pod template (name it in one of the two fields
+above) and the runner's variables (``PSO_*``, ``HOME``, ``PULUMI_HOME``, ``TMPDIR``). An
+unknown key is refused at every level, and the message lists the supported ones (the keys
+and refusals are public: ``WORKSPACE_FIELDS``, ``POD_FIELDS``, ``REFUSED_POD_FIELDS``...,
+for the checks of the docs). An env ``value`` may be "" (an explicitly empty variable);
+elsewhere empty means unset.
 
 Left to others: the operator's tenancy rules (``reconcile.tenancy``: which priority classes,
 tolerations and ServiceAccounts its flags allow); the pod runner builds and runs the pod; the
@@ -49,6 +52,7 @@ from reconcile.spec.model import (
     DEFAULT_SERVICE_ACCOUNT,
     PULL_POLICIES,
     SECURITY_PROFILES,
+    SERVICE_ACCOUNT_FIELDS,
     SpecError,
     Workspace,
     canonical_json,
@@ -85,18 +89,30 @@ _CONTAINER_OWNED: Final = (
     "refused: the runner owns the pulumi container's command, args, image and securityContext"
 )
 
+_ACCOUNT: Final = "serviceAccountName"
 _TEMPLATE_FIELDS: Final = frozenset({"metadata", "spec"})
-_WORKSPACE_FIELDS: Final = frozenset(
-    {"image", "imagePullPolicy", "securityProfile", "resources", "env", "envFrom", "podTemplate"}
+WORKSPACE_FIELDS: Final = frozenset(
+    {
+        "image",
+        "imagePullPolicy",
+        "securityProfile",
+        "resources",
+        "env",
+        "envFrom",
+        "podTemplate",
+        _ACCOUNT,
+    }
 )
-_WORKSPACE_HINTS: Final = MappingProxyType(
-    {"serviceAccountName": "refused here: set spec.serviceAccountName instead"}
+"""The keys of ``spec.workspaceTemplate.spec`` read here; any other is refused."""
+_POD_ACCOUNT: Final = (
+    "refused here: set spec.serviceAccountName (or spec.workspaceTemplate.spec.serviceAccountName)"
 )
 _RESOURCES_FIELDS: Final = frozenset({"requests", "limits"})
-_POD_FIELDS: Final = frozenset(
+POD_FIELDS: Final = frozenset(
     {"nodeSelector", "tolerations", "affinity", "priorityClassName", "volumes", "containers"}
 )
-_POD_HINTS: Final = MappingProxyType(
+"""The keys of the pod template's ``spec`` read here; any other is refused."""
+REFUSED_POD_FIELDS: Final = MappingProxyType(
     {
         **dict.fromkeys(
             (
@@ -112,18 +128,21 @@ _POD_HINTS: Final = MappingProxyType(
             ),
             _POD_SECURITY,
         ),
-        "serviceAccountName": "refused here: set spec.serviceAccountName instead",
-        "serviceAccount": "refused here: set spec.serviceAccountName instead",
+        "serviceAccountName": _POD_ACCOUNT,
+        "serviceAccount": _POD_ACCOUNT,
     }
 )
-_CONTAINER_FIELDS: Final = frozenset({"name", "volumeMounts", "env", "envFrom", "resources"})
-_CONTAINER_HINTS: Final = MappingProxyType(
+"""Keys of the pod template's ``spec`` refused with a reason of their own (others: unknown)."""
+CONTAINER_FIELDS: Final = frozenset({"name", "volumeMounts", "env", "envFrom", "resources"})
+"""The keys of the ``pulumi`` container read here; any other is refused."""
+REFUSED_CONTAINER_FIELDS: Final = MappingProxyType(
     {
         **dict.fromkeys(("command", "args", "securityContext", "workingDir"), _CONTAINER_OWNED),
         "image": f"{_CONTAINER_OWNED}: set spec.workspaceTemplate.spec.image",
         "imagePullPolicy": f"{_CONTAINER_OWNED}: set spec.workspaceTemplate.spec.imagePullPolicy",
     }
 )
+"""Keys of the ``pulumi`` container refused with a reason of their own (others: unknown)."""
 _TOLERATION_FIELDS: Final = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
 _AFFINITY_FIELDS: Final = frozenset({"nodeAffinity", "podAffinity", "podAntiAffinity"})
 _ENV_FIELDS: Final = frozenset({"name", "value", "valueFrom"})
@@ -145,20 +164,49 @@ _ENUMS: Final = MappingProxyType(
 )
 
 
-def read_service_account_name(root: Mapping[str, Any]) -> str:
-    """``spec.serviceAccountName`` of the spec ``root``; ``default`` when unset.
+def read_service_account(root: Mapping[str, Any]) -> tuple[str, str]:
+    """The run pods' ServiceAccount in the spec ``root`` and the field that named it.
+
+    Either of ``SERVICE_ACCOUNT_FIELDS`` names it (``default``, from the first, when neither
+    does). PKO lets the template's win a clash; here one that clashes is refused, so that no
+    Stack runs as an account its author did not see.
 
     Raises:
-        SpecError: the name is not a ServiceAccount name (a DNS subdomain).
+        SpecError: a name that is not a ServiceAccount name (a DNS subdomain), or two names.
     """
-    name = read_string(root, SPEC, "serviceAccountName")
-    if name is None:
-        return DEFAULT_SERVICE_ACCOUNT
-    return subdomain(name, SPEC / "serviceAccountName", "ServiceAccount")
+    top_field, template_field = SERVICE_ACCOUNT_FIELDS
+    top = _account_name(root, SPEC)
+    template = _account_name(_workspace_spec(root), _TEMPLATE / "spec")
+    if top is not None and template is not None and top != template:
+        problem = (
+            f'"{template}" differs from {top_field} "{top}": name the run\'s ServiceAccount in'
+            " one of the two (or the same in both)"
+        )
+        raise SpecError(template_field, problem)
+    if top is None and template is not None:
+        return template, template_field
+    return top or DEFAULT_SERVICE_ACCOUNT, top_field
+
+
+def _account_name(obj: Mapping[str, Any], path: FieldPath) -> str | None:
+    """``obj.serviceAccountName`` (a DNS subdomain); None when unset."""
+    name = read_string(obj, path, _ACCOUNT)
+    return None if name is None else subdomain(name, path / _ACCOUNT, "ServiceAccount")
+
+
+def _workspace_spec(root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``spec.workspaceTemplate.spec`` of the spec ``root``, its keys checked; empty when unset."""
+    raw = root.get("workspaceTemplate")
+    if not is_set(raw):
+        return {}
+    template = closed_object(raw, _TEMPLATE, _TEMPLATE_FIELDS)
+    return optional_closed_object(template, _TEMPLATE, "spec", WORKSPACE_FIELDS)
 
 
 def read_workspace(root: Mapping[str, Any]) -> Workspace:
     """``spec.workspaceTemplate`` of the spec ``root``; ``Workspace()`` when unset.
+
+    Its ``spec.serviceAccountName`` is ``read_service_account``'s, not part of the Workspace.
 
     Raises:
         SpecError: a key outside the supported subset, a refused one, or a wrong value.
@@ -168,7 +216,7 @@ def read_workspace(root: Mapping[str, Any]) -> Workspace:
         return Workspace()
     template = closed_object(raw, _TEMPLATE, _TEMPLATE_FIELDS)
     path = _TEMPLATE / "spec"
-    spec = optional_closed_object(template, _TEMPLATE, "spec", _WORKSPACE_FIELDS, _WORKSPACE_HINTS)
+    spec = optional_closed_object(template, _TEMPLATE, "spec", WORKSPACE_FIELDS)
     env_refs = frozenset(str(name) for name in read_map(root, SPEC, "envRefs"))
     overrides = _merge(
         _merge(read_pod_metadata(template, _TEMPLATE), _container_settings(spec, path, env_refs)),
@@ -356,7 +404,7 @@ def _pod_template(
     """``spec.podTemplate``'s metadata, pod settings and pulumi container, as overrides."""
     template = optional_closed_object(spec, path, "podTemplate", _TEMPLATE_FIELDS)
     template_path = path / "podTemplate"
-    pod = optional_closed_object(template, template_path, "spec", _POD_FIELDS, _POD_HINTS)
+    pod = optional_closed_object(template, template_path, "spec", POD_FIELDS, REFUSED_POD_FIELDS)
     pod_path = template_path / "spec"
     volumes = read_volumes(pod, pod_path)
     scheduling = given(
@@ -420,6 +468,6 @@ def _container(
     if isinstance(raw, Mapping) and raw.get("name") != "pulumi":
         problem = "only the pulumi container can be set (the runner owns the pod's containers)"
         raise SpecError(path / "name", f"{problem}: name it pulumi or remove it")
-    container = closed_object(raw, path, _CONTAINER_FIELDS, _CONTAINER_HINTS)
+    container = closed_object(raw, path, CONTAINER_FIELDS, REFUSED_CONTAINER_FIELDS)
     mounts = read_mounts(container, path, volumes)
     return _container_settings(container, path, env_refs) | given(volumeMounts=mounts)

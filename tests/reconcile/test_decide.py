@@ -88,9 +88,10 @@ def test_idle_branch_tracking_stack_polls_at_the_resync_period() -> None:
 
 def test_pinned_commit_without_resync_never_polls() -> None:
     """A commit-pinned, up-to-date Stack needs no timer at all."""
-    pinned = spec(branch=None, commit="c1c1")
-    status = {"lastUpdate": last(lastAttemptedCommit="c1c1")}
-    decision = decide(pinned, observe(status, commit="c1c1"), POLICY)
+    sha = "c1" * 20
+    pinned = spec(branch=None, commit=sha)
+    status = {"lastUpdate": last(lastAttemptedCommit=sha)}
+    decision = decide(pinned, observe(status, commit=sha), POLICY)
     assert (decision.due, decision.requeue_after) == (False, None)
 
 

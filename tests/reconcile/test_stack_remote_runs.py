@@ -277,6 +277,30 @@ def test_an_account_not_opted_in_stalls_until_an_admin_labels_it(tmp_path: Path)
     assert h.kstatus() == {"Ready": ("True", "Succeeded")}
 
 
+def test_the_workspace_templates_account_runs_the_pod_under_the_same_rules(
+    tmp_path: Path,
+) -> None:
+    """PKO's ``workspaceTemplate.spec.serviceAccountName``: opted in the same way, then the job's.
+
+    Not opted in, the Stack stalls naming the field it was set in; labelled, it runs as it.
+    """
+    field = "spec.workspaceTemplate.spec.serviceAccountName"
+    h = remote(tmp_path)
+    h.accounts.accounts[(KEY.namespace, "runner")] = {}
+    h.create(workspaceTemplate={"spec": {"serviceAccountName": "runner"}})
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("False", "InvalidSpec"), "Stalled": ("True", "InvalidSpec")}
+    assert f'{field}: ServiceAccount "runner" is not one' in h.message("Stalled")
+    assert h.runner.calls == []
+    h.accounts.accounts[(KEY.namespace, "runner")] = {RUNNER_LABEL: "true"}
+    h.runner.then(h.succeed())
+    h.reconcile()
+    [request] = [request for name, request in h.runner.calls if name == "run"]
+    assert request.job is not None
+    assert request.job.service_account == "runner"
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
 def test_a_missing_account_stalls_naming_it(tmp_path: Path) -> None:
     """Not found: the message says to create it (labelled) or name another."""
     h = remote(tmp_path)

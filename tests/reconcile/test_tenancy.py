@@ -82,3 +82,13 @@ def test_accounts_listed_or_labelled_may_run_stacks() -> None:
     anyone = Tenancy(allowed_service_accounts=frozenset({"*"}))
     assert not anyone.checks_accounts("deployer")
     assert account_refusal("deployer", {}, "ns", anyone) is None
+
+
+def test_the_refusal_names_the_field_that_named_the_account() -> None:
+    """Named in the workspaceTemplate, the account's refusal names that field, not another."""
+    field = "spec.workspaceTemplate.spec.serviceAccountName"
+    labels: dict[str, str] | None
+    for labels in ({}, None):
+        problem = account_refusal("deployer", labels, "ns", Tenancy(), field)
+        assert problem is not None
+        assert problem.startswith(f'{field}: ServiceAccount "deployer"')

@@ -17,32 +17,36 @@ class ProgramDirError(ValueError):
 def program_dir(checkout: Path, repo_dir: str | None, field: str = "spec.repoDir") -> Path:
     """The directory ``field`` (``spec.repoDir``) names inside ``checkout``, symlinks resolved.
 
-    ``repo_dir`` is relative to the top of the checkout (None or "" or "." is the top). The
-    result is the real path, so the program runs where the check was made. ``field`` is the
-    spec field the messages name (``spec.fluxSource.dir`` for an unpacked Flux artifact).
+    ``repo_dir`` is relative to the top of the checkout (None or "" or "." is the top); a
+    leading ``/`` means the top too, as PKO reads it (``/app`` is ``app``). The result is
+    the real path, so the program runs where the check was made. ``field`` is the spec
+    field the messages name (``spec.fluxSource.dir`` for an unpacked Flux artifact).
 
     Raises:
-        ProgramDirError: the path leaves the checkout (through ``..`` or a symlink, which
-            is a property of the commit), does not exist, is not a directory, or is a
-            symlink loop. The message names ``spec.repoDir`` and the fix.
+        ProgramDirError: the path has a ``..`` component (refused as the spec's parser
+            refuses it, wherever it leads), leaves the checkout through a symlink (a
+            property of the commit), does not exist, is not a directory, or is a symlink
+            loop. The message names ``field``, quotes ``repo_dir`` as given, and the fix.
     """
     root = checkout.resolve()
-    relative = PurePosixPath(repo_dir or ".")
+    given = repo_dir or "."
+    relative = PurePosixPath(given.lstrip("/") or ".")
+    if ".." in relative.parts:
+        raise _invalid_repo_dir(field, given, "has a .. component, which is refused")
     try:
         target = (root / relative).resolve()
     except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
-        raise _invalid_repo_dir(field, relative, "is a symlink loop") from None
-    if relative.is_absolute() or not target.is_relative_to(root):
-        problem = "leads outside the source (through .. or a symlink)"
-        raise _invalid_repo_dir(field, relative, problem)
+        raise _invalid_repo_dir(field, given, "is a symlink loop") from None
+    if not target.is_relative_to(root):
+        raise _invalid_repo_dir(field, given, "leads outside the source (through a symlink)")
     if not target.is_dir():
         problem = "does not exist in the source at this revision, or is not a directory"
-        raise _invalid_repo_dir(field, relative, problem)
+        raise _invalid_repo_dir(field, given, problem)
     return target
 
 
-def _invalid_repo_dir(field: str, relative: PurePosixPath, problem: str) -> ProgramDirError:
+def _invalid_repo_dir(field: str, given: str, problem: str) -> ProgramDirError:
     return ProgramDirError(
-        f"{field} {str(relative)!r} {problem}: point {field} at a directory inside"
+        f"{field} {given!r} {problem}: point {field} at a directory inside"
         " the source that holds Pulumi.yaml (or add that directory to the source)"
     )

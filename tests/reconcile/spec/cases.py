@@ -13,8 +13,8 @@ Where the verdicts differ, only one back end can catch the case, and its ``why``
 the schema cannot type config, and stores ``workspaceTemplate`` as given; it checks the
 type and length of names, not their form; it keeps PKO's deprecated and unsupported fields
 and ref types on purpose, so that the parser can name what to use instead; it allows a
-Stack without a source. The other way round, the CRD asks for a full commit SHA where git
-(and so the parser) take a prefix.
+Stack without a source. The CRD takes any commit string, as PKO's does, so that the parser's
+message (a full SHA, and how to get it) is what a user of a short one sees.
 """
 
 from __future__ import annotations
@@ -103,9 +103,10 @@ def check_parser_verdict(case: Case, spec: Any, namespace: str) -> None:
 
 _NOT_SCHEMA = "the schema declares the field to keep it: the parser names the replacement"
 _NO_SOURCE = "the schema allows a Stack without a source; the operator reports it as InvalidSpec"
-_SHORT_COMMIT = "the CRD asks for a full SHA (40 or 64 hex digits); git resolves a 4-digit prefix"
+_COMMIT_FORM = "the CRD takes any commit string (as PKO's): the parser says what to write"
 _UNTYPED = "the schema stores workspaceTemplate as given (preserve-unknown-fields)"
 _SA_FORM = "the schema checks only serviceAccountName's type and length, not its form"
+_WS_SA = "spec.workspaceTemplate.spec.serviceAccountName"
 _REF_TYPES = "the schema keeps PKO's ref types; the parser refuses those reading the operator"
 
 # The program source, periods and other top-level fields.
@@ -136,10 +137,40 @@ SOURCE = [
     Case(
         "commit-abbreviated",
         {"branch": None, "commit": "2b08897"},
+        parser=Refused(
+            "spec.commit",
+            "'2b08897' is an abbreviated SHA (7 hex digits): write the full SHA, 40 hex digits",
+        ),
+        apiserver=ACCEPTED,
+        why=_COMMIT_FORM,
+    ),
+    Case(
+        "commit-4-digits",
+        {"branch": None, "commit": "2b08"},
+        parser=Refused("spec.commit", "git rev-parse 2b08"),
+        apiserver=ACCEPTED,
+        why=_COMMIT_FORM,
+    ),
+    Case(
+        "commit-a-name",
+        {"branch": None, "commit": "main"},
+        parser=Refused("spec.commit", "to follow a branch, set spec.branch instead"),
+        apiserver=ACCEPTED,
+        why=_COMMIT_FORM,
+    ),
+    Case(
+        "commit-65-digits",
+        {"branch": None, "commit": "b" * 65},
+        parser=Refused("spec.commit", "full SHA"),
+        apiserver=ACCEPTED,
+        why=_COMMIT_FORM,
+    ),
+    Case(
+        "commit-sha256",
+        {"branch": None, "commit": "B" * 64},
         parser=ACCEPTED,
-        apiserver=Refused("spec.commit", "should match"),
-        why=_SHORT_COMMIT,
-        parsed={"commit": "2b08897"},
+        apiserver=ACCEPTED,
+        parsed={"commit": "b" * 64},
     ),
     Case(
         "commit-only",
@@ -204,6 +235,31 @@ SOURCE = [
         apiserver=Refused(
             "spec.prerequisites[0].requirement.succeededWithinDuration", "should match"
         ),
+    ),
+    *(
+        Case(
+            f"repo-dir-{name}",
+            {"repoDir": given},
+            parser=ACCEPTED,
+            apiserver=ACCEPTED,
+            parsed={"repo_dir": expected},
+        )
+        for name, given, expected in [
+            ("leading-slash", "/kubernetes-ts-nginx", "kubernetes-ts-nginx"),
+            ("slashes", "//stacks//app/", "stacks/app"),
+            ("root", "/", None),
+            ("dot-slash", "./app", "app"),
+        ]
+    ),
+    *(
+        Case(
+            f"repo-dir-{name}",
+            {"repoDir": given},
+            parser=Refused("spec.repoDir", "must stay inside the repository: remove the .."),
+            apiserver=ACCEPTED,
+            why="the schema checks repoDir's type, not its form",
+        )
+        for name, given in [("up", ".."), ("escapes", "a/../../b"), ("root-up", "/../x")]
     ),
 ]
 
@@ -422,8 +478,27 @@ PKO_V2 = [
     Case(
         "flux-and-repo",
         {"fluxSource": {"sourceRef": _FLUX_REF}},
-        parser=Refused("spec.fluxSource", "exclusive"),
-        apiserver=Refused("spec.projectRepo", "exclusive: set exactly one program source"),
+        parser=Refused("spec.fluxSource", "projectRepo and fluxSource are exclusive"),
+        apiserver=Refused(
+            "spec.fluxSource",
+            "projectRepo and fluxSource are exclusive: set exactly one program source",
+        ),
+    ),
+    Case(
+        "program-and-repo",
+        {"programRef": {"name": "p"}},
+        parser=Refused("spec.programRef", "projectRepo and programRef are exclusive"),
+        apiserver=Refused(
+            "spec.programRef",
+            "projectRepo and programRef are exclusive: set exactly one program source",
+        ),
+    ),
+    Case(
+        "flux-dir-leading-slash",
+        {**_GIT_OFF, "fluxSource": {"sourceRef": _FLUX_REF, "dir": "/random-yaml/"}},
+        parser=ACCEPTED,
+        apiserver=ACCEPTED,
+        parsed={"flux_source": FluxSourceRef(_FLUX_API, "GitRepository", "infra", "random-yaml")},
     ),
     Case(
         "flux-kind-unknown",
@@ -476,8 +551,11 @@ PKO_V2 = [
     Case(
         "program-and-flux",
         {**_GIT_OFF, "programRef": {"name": "p"}, "fluxSource": {"sourceRef": _FLUX_REF}},
-        parser=Refused("spec.programRef", "exclusive"),
-        apiserver=Refused("spec.projectRepo", "exclusive"),
+        parser=Refused("spec.programRef", "fluxSource and programRef are exclusive"),
+        apiserver=Refused(
+            "spec.programRef",
+            "fluxSource and programRef are exclusive: set exactly one program source",
+        ),
     ),
     Case(
         "config-ref",
@@ -611,6 +689,49 @@ RUN_POD = [
         parser=Refused("spec.serviceAccountName", "must be a string"),
         # The schema ("must be of type string") or server-side apply ("expected string").
         apiserver=Refused("spec.serviceAccountName", "string"),
+    ),
+    *(
+        Case(
+            f"sa-{name}",
+            {"serviceAccountName": top, "workspaceTemplate": {"spec": {"serviceAccountName": ws}}},
+            parser=ACCEPTED,
+            apiserver=ACCEPTED,
+            parsed={"service_account_name": expected, "service_account_field": field},
+        )
+        for name, top, ws, expected, field in [
+            ("in-workspace", None, "runner", "runner", _WS_SA),
+            ("both-the-same", "runner", "runner", "runner", "spec.serviceAccountName"),
+            ("workspace-empty", "runner", "", "runner", "spec.serviceAccountName"),
+        ]
+    ),
+    Case(
+        "sa-both-differ",
+        {"serviceAccountName": "a", "workspaceTemplate": {"spec": {"serviceAccountName": "b"}}},
+        parser=Refused(
+            _WS_SA,
+            '"b" differs from spec.serviceAccountName "a": name the run\'s ServiceAccount in one'
+            " of the two (or the same in both)",
+        ),
+        apiserver=ACCEPTED,
+        why=_UNTYPED,
+    ),
+    Case(
+        "sa-workspace-not-a-name",
+        {"workspaceTemplate": {"spec": {"serviceAccountName": "Not_A_Name"}}},
+        parser=Refused(_WS_SA, "DNS subdomain"),
+        apiserver=ACCEPTED,
+        why=_UNTYPED,
+    ),
+    Case(
+        "sa-in-pod-template",
+        {"workspaceTemplate": {"spec": {"podTemplate": {"spec": {"serviceAccountName": "b"}}}}},
+        parser=Refused(
+            "spec.workspaceTemplate.spec.podTemplate.spec.serviceAccountName",
+            "refused here: set spec.serviceAccountName (or spec.workspaceTemplate.spec."
+            "serviceAccountName)",
+        ),
+        apiserver=ACCEPTED,
+        why=_UNTYPED,
     ),
     Case(
         "workspace-empty-env-value",

@@ -8,6 +8,7 @@ Field-level rules of the other modules are tested beside them (``test_config``,
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -23,8 +24,10 @@ from reconcile.spec import (
     SecretKeyRef,
     SpecError,
     StackSpec,
+    Workspace,
     parse_spec,
 )
+from reconcile.spec.model import FluxSourceRef
 from tests.reconcile.spec.cases import CASES, Case, check_parser_verdict, each
 from tests.reconcile.spec.helpers import (
     CRD,
@@ -186,14 +189,105 @@ PKO_CASES = [
     ),
 ]
 
+# The shapes PKO's own examples and e2e suite use, which once stalled here: a repoDir
+# from the repository's root (stack-examples/yaml/nginx_k8s_stack.yaml) and the run's
+# ServiceAccount in the workspaceTemplate (every Stack of its e2e suite).
+PKO_NGINX_FROM_ROOT = """
+envRefs:
+  PULUMI_ACCESS_TOKEN:
+    type: Secret
+    secret: {name: pulumi-api-secret, key: accessToken}
+stack: moolumi/k8s-nginx/dev
+projectRepo: https://github.com/pulumi/examples
+repoDir: /kubernetes-ts-nginx
+branch: "refs/heads/master"
+destroyOnFinalize: true
+"""
 
-@pytest.mark.parametrize(("manifest", "expected"), PKO_CASES)
+PKO_E2E_NONROOT = """
+fluxSource:
+  sourceRef:
+    apiVersion: source.toolkit.fluxcd.io/v1
+    kind: GitRepository
+    name: pulumi-examples
+  dir: random-yaml
+stack: dev
+refresh: false
+continueResyncOnCommitMatch: false
+resyncFrequencySeconds: 60
+destroyOnFinalize: false
+envRefs:
+  PULUMI_BACKEND_URL: {type: Literal, literal: {value: "file:///state/"}}
+  PULUMI_CONFIG_PASSPHRASE: {type: Literal, literal: {value: "test"}}
+workspaceTemplate:
+  spec:
+    image: pulumi/pulumi:3.202.0-nonroot
+    serviceAccountName: random-yaml-nonroot
+    podTemplate:
+      spec:
+        containers:
+          - name: pulumi
+            volumeMounts:
+              - name: state
+                mountPath: /state
+        volumes:
+          - name: state
+            persistentVolumeClaim:
+              claimName: state
+"""
+
+PKO_SHAPES = [
+    pytest.param(
+        PKO_NGINX_FROM_ROOT,
+        StackSpec(
+            stack="moolumi/k8s-nginx/dev",
+            project_repo="https://github.com/pulumi/examples",
+            branch="master",
+            repo_dir="kubernetes-ts-nginx",
+            env_refs={
+                "PULUMI_ACCESS_TOKEN": ResourceRef(SecretKeyRef("pulumi-api-secret", "accessToken"))
+            },
+            destroy_on_finalize=True,
+        ),
+        id="stack-examples-nginx-repo-dir-from-root",
+    ),
+    pytest.param(
+        PKO_E2E_NONROOT,
+        StackSpec(
+            stack="dev",
+            flux_source=FluxSourceRef(
+                "source.toolkit.fluxcd.io/v1", "GitRepository", "pulumi-examples", "random-yaml"
+            ),
+            env_refs={
+                "PULUMI_BACKEND_URL": ResourceRef(literal="file:///state/"),
+                "PULUMI_CONFIG_PASSPHRASE": ResourceRef(literal="test"),
+            },
+            service_account_name="random-yaml-nonroot",
+            service_account_field="spec.workspaceTemplate.spec.serviceAccountName",
+            workspace=Workspace(
+                image="pulumi/pulumi:3.202.0-nonroot",
+                pod_json=json.dumps(
+                    {
+                        "volumes": [
+                            {"name": "state", "persistentVolumeClaim": {"claimName": "state"}}
+                        ],
+                        "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                    }
+                ),
+            ),
+        ),
+        id="e2e-nonroot-service-account-in-workspace-template",
+    ),
+]
+
+
+@pytest.mark.parametrize(("manifest", "expected"), [*PKO_CASES, *PKO_SHAPES])
 def test_pko_manifest_parses(manifest: str, expected: StackSpec) -> None:
     """A Pulumi Kubernetes Operator spec parses into the expected values."""
     assert parse_spec(yaml.safe_load(manifest), NS) == expected
 
 
-@pytest.mark.parametrize(("manifest", "expected"), PKO_CASES)
+@pytest.mark.parametrize(("manifest", "expected"), [*PKO_CASES, *PKO_SHAPES])
 def test_cached_form_parses_the_same(manifest: str, expected: StackSpec) -> None:
     """The informer cache's read-only mappings and tuples parse like plain dicts and lists."""
     assert parse_spec(freeze(yaml.safe_load(manifest)), NS) == expected
@@ -268,7 +362,6 @@ INVALID = [
         "remote-helper",
         id="repo-remote-helper",
     ),
-    pytest.param(base(repoDir="/etc"), "spec.repoDir", "relative", id="repo-dir-absolute"),
     pytest.param(base(repoDir="a/../../b"), "spec.repoDir", "..", id="repo-dir-escapes"),
     pytest.param(
         base(fluxSource={"sourceRef": {"kind": "GitRepository", "name": "x"}}),
@@ -466,18 +559,23 @@ def test_tracks_branch() -> None:
     ("commit", "accepted"),
     [
         pytest.param("a", False, id="1-digit"),
-        pytest.param("abc", False, id="3-digits"),
-        pytest.param("abcd", True, id="4-digits"),
+        pytest.param("abcd", False, id="4-digits"),
+        pytest.param(SHA[:39], False, id="39-digits"),
         pytest.param(SHA, True, id="sha1"),
+        pytest.param(SHA + "0", False, id="41-digits"),
+        pytest.param("b" * 63, False, id="63-digits"),
         pytest.param("b" * 64, True, id="sha256"),
         pytest.param("b" * 65, False, id="65-digits"),
-        pytest.param("abcg", False, id="not-hex"),
+        pytest.param(SHA[:39] + "g", False, id="not-hex"),
+        pytest.param("v1.2.0", False, id="a-tag"),
     ],
 )
-def test_a_commit_is_4_to_64_hex_digits(commit: str, *, accepted: bool) -> None:
-    """A commit is what git can resolve (4 to 64 hex digits); the refusal says so."""
+def test_a_commit_is_a_full_sha(commit: str, *, accepted: bool) -> None:
+    """A commit is a full SHA (40 hex digits, 64 under SHA-256); the refusal says what to write."""
     spec = without(base(commit=commit), "branch")
     if accepted:
         assert parse_spec(spec, NS).commit == commit
-    else:
-        assert_refused(spec, "spec.commit", "4 to 64 hex digits")
+        return
+    refused = assert_refused(spec, "spec.commit", "write the full SHA, 40 hex digits")
+    assert "64 in a SHA-256 repository" in refused.problem
+    assert "git rev-parse" in refused.problem

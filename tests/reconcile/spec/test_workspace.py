@@ -409,12 +409,6 @@ INVALID = [
         base(workspaceTemplate={"spec": []}), S, "must be an object", id="template-spec-list"
     ),
     pytest.param(
-        ws(serviceAccountName="x"),
-        f"{S}.serviceAccountName",
-        "set spec.serviceAccountName instead",
-        id="workspace-service-account",
-    ),
-    pytest.param(
         ws(git={"url": REPO}),
         f"{S}.git",
         "supported: env, envFrom, image, imagePullPolicy, podTemplate, resources, securityProfile",
@@ -701,8 +695,14 @@ INVALID = [
     pytest.param(
         pod(serviceAccountName="admin"),
         f"{P}.serviceAccountName",
-        "set spec.serviceAccountName instead",
+        f"set spec.serviceAccountName (or {S}.serviceAccountName)",
         id="pod-service-account",
+    ),
+    pytest.param(
+        pod(serviceAccount="admin"),
+        f"{P}.serviceAccount",
+        f"set spec.serviceAccountName (or {S}.serviceAccountName)",
+        id="pod-deprecated-service-account",
     ),
     pytest.param(
         pod(restartPolicy="Always"),

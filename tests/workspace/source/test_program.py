@@ -42,6 +42,8 @@ def linked_checkout(git_repo: Repo, tmp_path: Path) -> Path:
         pytest.param("infra", "infra", id="directory"),
         pytest.param("alias", "infra", id="symlink-inside"),
         pytest.param("infra/out/clone/infra", "infra", id="out-and-back-in"),
+        pytest.param("/infra", "infra", id="from-the-root"),
+        pytest.param("/", ".", id="the-root"),
     ],
 )
 def test_program_dir_inside_the_checkout(
@@ -59,8 +61,9 @@ def test_program_dir_inside_the_checkout(
         pytest.param("etc", "leads outside the source", id="absolute-symlink"),
         pytest.param("up", "leads outside the source", id="symlink-to-parent"),
         pytest.param("infra/out", "leads outside the source", id="nested-symlink"),
-        pytest.param("..", "leads outside the source", id="dot-dot"),
-        pytest.param("/etc", "leads outside the source", id="absolute"),
+        pytest.param("..", "has a .. component", id="dot-dot"),
+        pytest.param("infra/../infra", "has a .. component", id="dot-dot-inside"),
+        pytest.param("/etc", "leads outside the source", id="from-the-root-to-a-symlink-out"),
         pytest.param("nope", "does not exist in the source", id="missing"),
         pytest.param("README", "is not a directory", id="a-file"),
         pytest.param("loop", "symlink loop", id="symlink-loop"),
@@ -79,3 +82,43 @@ def test_program_dir_outside_or_missing_is_invalid_spec(
     assert str(caught.value).startswith(f"spec.repoDir {repo_dir!r} ")
     assert problem in str(caught.value)
     assert "point spec.repoDir at a directory inside the source" in str(caught.value)
+
+
+# -- without git: the path's form alone ---------------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A source without git: ``infra/app/`` and nothing else, beside an ``outside/`` dir."""
+    (tmp_path / "source" / "infra" / "app").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    return tmp_path / "source"
+
+
+@pytest.mark.parametrize(
+    ("repo_dir", "expected"),
+    [
+        pytest.param("/infra/app", "infra/app", id="leading-slash"),
+        pytest.param("//infra//app/", "infra/app", id="slashes"),
+        pytest.param("/", ".", id="root"),
+        pytest.param("./infra", "infra", id="dot-slash"),
+    ],
+)
+def test_a_leading_slash_means_the_root_of_the_source(
+    tree: Path, repo_dir: str, expected: str
+) -> None:
+    """As PKO reads it: ``/x`` is ``x`` at the top of the source, not ``/x`` on the host."""
+    assert program_dir(tree, repo_dir) == (tree / expected).resolve()
+
+
+@pytest.mark.parametrize("repo_dir", ["..", "../outside", "/../outside", "infra/../infra"])
+def test_dot_dot_is_refused_wherever_it_leads(tree: Path, repo_dir: str) -> None:
+    """A ``..`` component is refused as the parser refuses it, even one that stays inside.
+
+    The message quotes the value as written and names the field it came from.
+    """
+    with pytest.raises(ProgramDirError) as caught:
+        program_dir(tree, repo_dir, "spec.fluxSource.dir")
+    message = str(caught.value)
+    assert message.startswith(f"spec.fluxSource.dir {repo_dir!r} has a .. component")
+    assert "point spec.fluxSource.dir at a directory inside the source" in message
