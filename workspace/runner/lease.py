@@ -109,23 +109,30 @@ class LeaseKeeper:
         Call it once the operation has returned. A lock goes when its pid no longer runs
         pulumi here and its mtime is still the one this keeper gave it, after
         ``QUIET_RENEWALS`` renewal periods (waited on the clock) in which a live run of
-        another pod of this hostname would have renewed it: so never a live run's.
+        another pod of this hostname would have renewed it: so never a live run's. When
+        the CLI left none (it released its lock), nothing is waited for.
         """
-        if not self.written:
+        if not self._spent():
             return 0
         self.clock.wait_event(
             threading.Event(), self.clock.now() + QUIET_RENEWALS * self.renew_every
         )
-        found = lock_files_or_none(self.locks) or []
-        spent = [
-            lock
-            for lock in found
-            if self.written.get(lock.path) == _mtime_ns(lock) and is_stale(lock.info)
-        ]
+        spent = self._spent()
         if not spent or not _deleted(spent):
             return 0
         log.warning("Released the lock this run's stopped CLI left", locks=len(spent))
         return len(spent)
+
+    def _spent(self) -> list[LockFile]:
+        """The locks this keeper renewed last, whose pid no longer runs pulumi here."""
+        if not self.written:
+            return []
+        found = lock_files_or_none(self.locks) or []
+        return [
+            lock
+            for lock in found
+            if self.written.get(lock.path) == _mtime_ns(lock) and is_stale(lock.info)
+        ]
 
     def _touch(self, lock: LockFile, stamp: int) -> None:
         """Set the lock's mtime to ``stamp``; note the mtime the file system then keeps."""
@@ -168,19 +175,20 @@ def settle_own(
 
     Looks every ``RENEW_SECONDS`` for at most ``bound`` seconds: ``FREE`` when there is
     none (or another host's lock stands beside them: the CLI's conflict, not ours to
-    judge), ``RELEASED`` when every one lapsed and was deleted, ``HELD`` (with the lock)
+    judge; or the locks cannot be read: the CLI, which reads them too, takes no lock
+    then), ``RELEASED`` when every one lapsed and was deleted, ``HELD`` (with the lock)
     when one was still renewed at the end, ``STOPPED`` when ``stop`` was set.
     """
     give_up = clock.now() + bound
     while True:
         found = lock_files_or_none(locks)
-        if found is not None:
-            settled = _settle(found, clock)
-            if settled is not None:
-                return settled
+        if found is None:  # the CLI reads the same directory: its error will say why
+            return Settlement(Settled.FREE)
+        settled = _settle(found, clock)
+        if settled is not None:
+            return settled
         if clock.now() >= give_up:
-            held = _live_own(found or [], clock)
-            return Settlement(Settled.HELD, held)
+            return Settlement(Settled.HELD, _live_own(found, clock))
         if clock.wait_event(stop, min(give_up, clock.now() + RENEW_SECONDS)):
             return Settlement(Settled.STOPPED)
 

@@ -202,15 +202,24 @@ def test_the_keeper_renews_on_its_thread_while_the_block_runs(
 # -- what a stopped CLI left --------------------------------------------------------------
 
 
-def released_after_quiet(keeper: LeaseKeeper, clock: FakeClock) -> int:
-    """``release_spent``, the clock stepped through its quiet time."""
+def released_after_quiet(
+    keeper: LeaseKeeper, clock: FakeClock, meanwhile: Callable[[], None] = lambda: None
+) -> int:
+    """``release_spent``, the clock stepped through its quiet time (``meanwhile`` in it)."""
     done: list[int] = []
     thread = threading.Thread(target=lambda: done.append(keeper.release_spent()), daemon=True)
     thread.start()
     assert clock.wait_for_waiters()
+    meanwhile()
     clock.step(QUIET_RENEWALS * RENEW_SECONDS)
     thread.join(timeout=10)
     return done[0]
+
+
+def kill(pid: int) -> None:
+    """SIGKILL the child ``pid`` and reap it."""
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
 
 
 def test_the_lock_a_killed_cli_left_goes_once_over(
@@ -220,27 +229,37 @@ def test_the_lock_a_killed_cli_left_goes_once_over(
     path = write_lock(locks, clock, age=0, pid=pulumi_process)
     keeper = LeaseKeeper(locks, clock)
     assert keeper.renew()
-    os.kill(pulumi_process, 9)
-    os.waitpid(pulumi_process, 0)
+    kill(pulumi_process)
 
     assert released_after_quiet(keeper, clock) == 1
     assert not path.exists()
 
 
-def test_a_lock_someone_else_renewed_or_whose_cli_lives_stays(
+def test_a_lock_someone_else_renews_meanwhile_stays(
     locks: StackLocks, clock: FakeClock, pulumi_process: int
 ) -> None:
-    """Renewed since by another pod of this name, or its pid still pulumi here: kept."""
-    renewed = write_lock(locks, clock, age=0, pid=pulumi_process)
+    """Renewed during the quiet time by another pod of this name: its run lives; kept."""
+    path = write_lock(locks, clock, age=0, pid=pulumi_process)
     keeper = LeaseKeeper(locks, clock)
     assert keeper.renew()
-    set_age(renewed, clock, -1)  # another keeper wrote its own time
-    assert released_after_quiet(keeper, clock) == 0
-    assert renewed.exists()
-    set_age(renewed, clock, 0)
+    kill(pulumi_process)
+
+    assert released_after_quiet(keeper, clock, lambda: set_age(path, clock, -1)) == 0
+    assert path.exists()
+
+
+def test_a_lock_whose_cli_lives_or_someone_else_renewed_is_no_candidate(
+    locks: StackLocks, clock: FakeClock, pulumi_process: int
+) -> None:
+    """Its pid still pulumi here, or its mtime not this keeper's: kept, nothing waited for."""
+    path = write_lock(locks, clock, age=0, pid=pulumi_process)
+    keeper = LeaseKeeper(locks, clock)
     assert keeper.renew()
-    assert released_after_quiet(keeper, clock) == 0  # its CLI still runs
-    assert renewed.exists()
+    assert keeper.release_spent() == 0  # its CLI still runs
+    kill(pulumi_process)
+    set_age(path, clock, -1)  # another keeper wrote its own time
+    assert keeper.release_spent() == 0
+    assert path.exists()
 
 
 def test_nothing_renewed_nothing_released(locks: StackLocks, clock: FakeClock) -> None:
@@ -248,6 +267,17 @@ def test_nothing_renewed_nothing_released(locks: StackLocks, clock: FakeClock) -
     write_lock(locks, clock, age=0, pid=dead_pid())
     assert LeaseKeeper(locks, clock).release_spent() == 0
     assert len(locks.files()) == 1
+
+
+def test_a_lock_its_cli_released_is_not_waited_for(
+    locks: StackLocks, clock: FakeClock, pulumi_process: int
+) -> None:
+    """The CLI released its lock as it ended (every run that ends well): no quiet time."""
+    path = write_lock(locks, clock, age=0, pid=pulumi_process)
+    keeper = LeaseKeeper(locks, clock)
+    assert keeper.renew()
+    path.unlink()
+    assert keeper.release_spent() == 0  # returns at once: the fake clock never moved
 
 
 # -- the next run's wait ------------------------------------------------------------------
@@ -337,14 +367,9 @@ def test_a_stop_ends_the_wait(locks: StackLocks, clock: FakeClock) -> None:
     assert path.exists()
 
 
-def test_a_backend_that_cannot_be_read_is_never_taken_for_free(
+def test_a_backend_that_cannot_be_read_is_the_clis_to_report(
     locks: StackLocks, clock: FakeClock
 ) -> None:
-    """Listing fails throughout: the wait ends HELD (no lock known), never FREE."""
+    """The locks cannot be listed: free at once; the CLI, which lists them too, says why."""
     locks.dirs[1].write_text("not a directory")
-    thread, result = in_thread(lambda: settle_own(locks, clock, threading.Event(), bound=10))
-    while not result:
-        assert clock.wait_for_waiters()
-        clock.step(RENEW_SECONDS)
-        thread.join(timeout=0.05)
-    assert result == [Settlement(Settled.HELD, None)]
+    assert settle_own(locks, clock, threading.Event(), bound=100) == Settlement(Settled.FREE)
