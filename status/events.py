@@ -23,14 +23,14 @@ ones queue up). Other answers are not retried. Each request times out after
 ``REQUEST_TIMEOUT`` (10 s). An event that still fails is logged and dropped.
 
 Guarantees: ``post()`` never raises and never waits for the apiserver. Posts from one thread
-are written in order. Messages are cut to 1024 bytes of UTF-8 (so also 1024 characters),
-reason, action and reporting instance to 128. The Event lives in the object's namespace
-(``default`` for cluster-scoped objects), its timestamps are aware UTC (the clock's
-``wall()``), and it carries ``source.component`` and ``reportingComponent``
-``pulumi-stack-operator``, ``reportingInstance``, ``action`` and a full ``involvedObject``
-(apiVersion, kind, name, namespace, uid, resourceVersion). ``eventTime`` is left unset, as
-client-go's core/v1 recorder does, which keeps the apiserver's MicroTime parsing out of the
-way.
+are written in order. Messages are plain text (``status.text.plain``: no terminal codes)
+cut to 1024 bytes of UTF-8 (so also 1024 characters), reason, action and reporting instance
+to 128. The Event lives in the object's namespace (``default`` for cluster-scoped objects),
+its timestamps are aware UTC (the clock's ``wall()``), and it carries ``source.component``
+and ``reportingComponent`` ``pulumi-stack-operator``, ``reportingInstance``, ``action`` and a
+full ``involvedObject`` (apiVersion, kind, name, namespace, uid, resourceVersion).
+``eventTime`` is left unset, as client-go's core/v1 recorder does, which keeps the
+apiserver's MicroTime parsing out of the way.
 
 Metrics (in the registry given to the constructor; a private one otherwise):
 ``pulumi_stack_events_total{type,result}`` counts posts of a valid type by outcome:
@@ -61,7 +61,7 @@ from controller.coreapi import CoreApi
 from controller.retry import is_transient
 from status.correlator import EventCorrelator, Occurrence, Write, truncate_message
 from status.eventref import ObjectRef
-from status.text import truncate
+from status.text import plain, truncate
 
 log = structlog.get_logger(__name__)
 
@@ -198,7 +198,7 @@ class EventRecorder:
             ref=ObjectRef.of(obj),
             type=type_,
             reason=truncate(reason, MAX_FIELD),
-            message=truncate_message(message),
+            message=truncate_message(plain(message)),
             action=truncate(action or reason, MAX_FIELD),
             stamp=self._clock.wall().astimezone(datetime.UTC),
         )

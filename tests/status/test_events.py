@@ -69,6 +69,16 @@ def test_event_fields(harness: Harness) -> None:
     assert event.first_timestamp.tzinfo is not None
 
 
+def test_a_message_loses_its_terminal_codes(harness: Harness) -> None:
+    """A program's colours and control characters never reach an Event's message."""
+    message = "\x1b[31mError\x1b[0m: cannot access a property\r\n  on Pulumi.yaml line 3:"
+    harness.recorder.post(stack(), WARNING, "UpdateFailed", message)
+    harness.flush()
+    assert harness.sink.only().message == (
+        "Error: cannot access a property\n  on Pulumi.yaml line 3:"
+    )
+
+
 @pytest.mark.parametrize(
     ("obj", "type_"),
     [

@@ -8,10 +8,12 @@ nothing else of the operator's (``KUBERNETES_*``, ``KUBECONFIG``, ``PSO_*``, tok
 reaches the CLI or the programs it runs. ``stop`` interrupts a command the way Ctrl-C
 does (SIGINT; after the grace, SIGKILL of the CLI and all its plugins), and a command
 does not start once ``stop`` is set, unless it is short bookkeeping that must complete.
+A command's output comes back as plain text, without terminal codes (``status.text.plain``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -22,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from controller.clock import Clock, RealClock
+from status.text import plain
 from workspace import process
 
 log = structlog.get_logger(__name__)
@@ -137,6 +140,10 @@ class Cli:
     ) -> process.Completed:
         """Run ``pulumi <args>``; its result, or ``CliError`` on a non-zero exit.
 
+        The result's output is plain text (``status.text.plain``): the CLI runs with
+        ``--color never`` where it takes it, but prints what a language host or plugin
+        wrote, colours included.
+
         ``interruptible=False`` is for short read-only or finishing bookkeeping: it starts
         and completes even after ``stop``. Raises ``CliStoppedError`` (nothing ran) when
         ``stop`` is set before an interruptible command starts.
@@ -163,6 +170,9 @@ class Cli:
         seconds = round(self._context.clock.now() - started, 3)
         self.seconds += seconds
         log.debug("pulumi command", command=words, code=result.code, seconds=seconds)
+        result = dataclasses.replace(
+            result, stdout=plain(result.stdout), stderr=plain(result.stderr)
+        )
         self.last = result
         self.interrupted |= result.interrupted
         if result.code != 0:

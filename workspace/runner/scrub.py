@@ -1,4 +1,4 @@
-"""Keeping secrets out of messages, logs and outputs: the ``Scrubber``.
+"""Keeping secrets (and terminal codes) out of messages, logs and outputs: the ``Scrubber``.
 
 What is masked (replaced with ``"[secret]"``):
 
@@ -39,6 +39,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 
+from status.text import plain
 from workspace.runner.job import could_be_secret
 from workspace.runner.types import MASK, UpdateRequest
 
@@ -98,17 +99,26 @@ class Scrubber:
         self._pattern = _alternatives(values)
 
     def scrub(self, text: str) -> str:
+        """``text`` as plain text (``status.text.plain``), secret values and shapes replaced.
+
+        Every text of a program that reaches a message or a log line passes here, so this
+        is also where terminal codes leave it (before masking: a colour code inside a
+        secret must not hide it).
+        """
+        return self._mask(plain(text))
+
+    def finds(self, value: object) -> bool:
+        """Whether a JSON value contains a secret value or shape anywhere."""
+        text = json.dumps(value, default=str, ensure_ascii=False)
+        return self._mask(text) != text
+
+    def _mask(self, text: str) -> str:
         """``text`` with every secret value and known secret shape replaced."""
         if self._pattern is not None:
             text = self._pattern.sub(MASK, text)
         for shape, replacement in _SHAPES:
             text = shape.sub(replacement, text)
         return text
-
-    def finds(self, value: object) -> bool:
-        """Whether a JSON value contains a secret value or shape anywhere."""
-        text = json.dumps(value, default=str, ensure_ascii=False)
-        return self.scrub(text) != text
 
     def output(self, value: object, *, secret: bool) -> object:
         """An output value to report: ``MASK`` if it is secret or holds a secret.

@@ -222,3 +222,20 @@ def test_an_output_with_a_plain_ssh_url_is_not_masked() -> None:
     scrubber = Scrubber(request(secret_env=frozenset()))
     url = "ssh://git@github.com/org/repo"
     assert scrubber.output(url, secret=False) == url
+
+
+def test_scrubbed_text_is_plain_and_a_coloured_secret_is_still_masked() -> None:
+    """Terminal codes go before masking: colours around or inside a secret do not hide it."""
+    scrubber = Scrubber(request(secret_config={"pw": SECRET_VALUE}))
+    half = len(SECRET_VALUE) // 2
+    coloured = f"\x1b[31mError\x1b[0m: {SECRET_VALUE[:half]}\x1b[1m{SECRET_VALUE[half:]}\r\n"
+
+    assert scrubber.scrub(coloured) == f"Error: {MASK}\n"
+
+
+def test_an_output_with_control_characters_is_not_taken_for_a_secret() -> None:
+    """Only secrets mask an output: a value with a colour code or NEL in it is reported."""
+    scrubber = Scrubber(request(secret_config={"pw": SECRET_VALUE}))
+    value = {"banner": "\x1b[32mok\x1b[0m", "line": "a\x85b"}
+
+    assert scrubber.output(value, secret=False) == value
