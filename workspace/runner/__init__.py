@@ -7,7 +7,8 @@ Modules, one job each: ``types`` (what goes in and out), ``base`` (the ``Runner`
 interface), ``local`` (``LocalRunner``: the operations), ``attempt`` (one operation's
 phases and outcome), ``cli`` (``pulumi`` command lines and their environment), ``engine``
 (the event log and what its events say), ``failures`` (``ErrorKind`` of a failure),
-``scrub`` (secrets out of messages and outputs), ``project`` (Pulumi.yaml and the stack
+``display`` (a failure's error text, out of the CLI's display), ``scrub`` (secrets and
+terminal codes out of messages and outputs), ``project`` (Pulumi.yaml and the stack
 settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks);
 ``pod`` (``PodRunner``: which pod a run follows), ``podrun`` (following one run pod),
 ``podapi`` (its API calls and watch), ``podstate`` (reading a pod), ``podspec`` (its manifest),

@@ -22,6 +22,7 @@ from status.text import truncate
 from workspace import process
 from workspace.runner import project as projects
 from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError
+from workspace.runner.display import error_text
 from workspace.runner.engine import EventLog, StepObserver, holds_secret
 from workspace.runner.failures import Phase, StepFailedError, classify, stack_missing
 from workspace.runner.home import make_home
@@ -43,7 +44,7 @@ from workspace.runner.types import (
 
 log = structlog.get_logger(__name__)
 
-_TAIL_LINES = 20  # of stderr (or stdout) when the engine sent no error diagnostics
+_OUTPUT_LINES = 40  # of stderr's (or stdout's) error text when the engine sent no diagnostics
 # Quiet, plain output (it ends up in logs and messages), a local program, the event log.
 _DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.local")
 _PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
@@ -388,25 +389,36 @@ class OperationRun:
         return classify(phase, err.result.stdout, stderr)
 
     def _failure_text(self, failure: StepFailedError) -> str:
-        """The engine's error diagnostics, else the CLI's last lines, else the exception."""
+        """The engine's error diagnostics, else the CLI's error text, else the exception.
+
+        Each starts with the error: the engine's diagnostics as they came (a resource's
+        first), the CLI's output without its progress display and warnings
+        (``display.error_text``), stderr before stdout.
+        """
         cause = failure.__cause__
         if isinstance(cause, CliStoppedError):
             return f"interrupted by the operator before `pulumi {cause.words}` started"
-        text = failure.detail or "\n".join(self.observer.errors) or self._output_tail()
+        text = failure.detail or "\n".join(self.observer.errors) or self._output_error()
         if not text and cause is not None:
             text = f"{type(cause).__name__}: {cause}".splitlines()[0]
         if failure.kind is ErrorKind.INTERRUPTED:
             return f"{failure.phase} interrupted by the operator" + (f"\n{text}" if text else "")
         return text
 
-    def _output_tail(self) -> str:
+    def _output_error(self) -> str:
+        """The last command's error text; its last lines if all of it was display or warnings.
+
+        At most ``_OUTPUT_LINES`` lines: the error text's first, the output's last.
+        """
         last = self.cli.last
         if last is None:
             return ""
-        for stream in (last.stderr, last.stdout):
-            lines = [line for line in stream.splitlines() if line.strip()]
-            if lines:
-                return "\n".join(lines[-_TAIL_LINES:])
+        streams = (last.stderr, last.stdout)
+        if text := next(filter(None, map(error_text, streams)), ""):
+            return "\n".join(text.splitlines()[:_OUTPUT_LINES])
+        for stream in streams:
+            if lines := [line for line in stream.splitlines() if line.strip()]:
+                return "\n".join(lines[-_OUTPUT_LINES:])
         return ""
 
     def _read_outputs(self) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Which ``ErrorKind`` a failed phase of an operation is, from where it failed and what it said.
 
 The texts matched here are the Pulumi CLI's own (its stderr, the engine's error
-diagnostics, a language host's report of a program that does not compile); the runner's
-tests pin them against the real CLI.
+diagnostics, a language host's report of a program that does not compile), as plain text
+(``Cli`` strips terminal codes); the runner's tests pin them against the real CLI.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ _BAD_SYNTAX = re.compile(r"^\s*(SyntaxError|IndentationError|TabError): ", re.MU
 _NOT_COMPILED = re.compile(
     r"Build FAILED\.|Unable to compile TypeScript|: syntax error:|: undefined:"
 )
+# A language host that checked the program, printed its own "Error:" lines and bailed, so
+# that neither the engine nor the CLI said anything more (YAML's type errors).
+_HOST_REFUSED = re.compile(r"^\s*Error: ", re.MULTILINE)
 
 
 class StepFailedError(Exception):
@@ -59,15 +62,22 @@ def stack_missing(stderr: str) -> bool:
     return bool(_NOT_FOUND.search(stderr))
 
 
+def _program_invalid(phase: Phase, stdout: str, stderr: str) -> bool:
+    """The program or its project file cannot run as written: a change of source is needed."""
+    if _NOT_COMPILED.search(stdout) or _BAD_SYNTAX.search(stderr):
+        return True
+    if phase in ("update", "preview") and not stderr.strip() and _HOST_REFUSED.search(stdout):
+        return True
+    return phase in ("select", "config") and bool(_BAD_PROJECT.search(stderr))
+
+
 def classify(phase: Phase, stdout: str, stderr: str) -> ErrorKind:
     """The kind of a CLI failure in ``phase``; ``stderr`` includes the engine's diagnostics."""
     if _CONFLICT.search(stderr):
         return ErrorKind.CONFLICT
     if phase == "select" and stack_missing(stderr):
         return ErrorKind.STACK_NOT_FOUND
-    if _NOT_COMPILED.search(stdout) or _BAD_SYNTAX.search(stderr):
-        return ErrorKind.PROGRAM_INVALID
-    if phase in ("select", "config") and _BAD_PROJECT.search(stderr):
+    if _program_invalid(phase, stdout, stderr):
         return ErrorKind.PROGRAM_INVALID
     if phase == "refresh" and _REFRESH_DRIFT in stderr:
         return ErrorKind.REFRESH_CHANGES

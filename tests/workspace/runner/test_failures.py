@@ -8,9 +8,28 @@ from pathlib import Path
 import pytest
 
 from tests.workspace.runner.support import TOKEN_VALUE, ArgvSpy, run, succeeded
+from tests.workspace.runner.test_display import YAML_ERRORS
 from workspace.runner import ErrorKind, LocalRunner, UpdateRequest
 from workspace.runner.failures import classify
 from workspace.runner.types import MASK, MESSAGE_LIMIT
+
+# A YAML program with the deprecated `configuration:` block and two type errors (the
+# program of the recordings in cli_output/yaml_type_errors_*.json).
+BROKEN_YAML = """\
+name: broken-yaml
+runtime: yaml
+configuration:
+  path:
+    type: String
+resources:
+  other:
+    type: pulumi:pulumi:StackReference
+    properties:
+      stack: ${path}
+      nosuchproperty: true
+outputs:
+  where: ${path.directory}
+"""
 
 
 @pytest.mark.pulumi
@@ -93,6 +112,32 @@ def test_python_syntax_error_is_program_invalid(
 
     assert outcome.error is ErrorKind.PROGRAM_INVALID, outcome.message
     assert "SyntaxError" in outcome.message
+
+
+@pytest.mark.pulumi
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+def test_a_yaml_program_that_does_not_type_check_is_program_invalid_with_its_errors_first(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    tmp_path: Path,
+    *,
+    preview: bool,
+) -> None:
+    """The YAML host's own colourful report, as a message: its errors first, plain.
+
+    The host prints a deprecation warning and its type errors in colour and bails: no
+    error diagnostic, so the message comes from the CLI's display (``test_display`` has
+    these very outputs recorded).
+    """
+    program = tmp_path / "yaml"
+    program.mkdir()
+    (program / "Pulumi.yaml").write_text(BROKEN_YAML)
+
+    outcome = run(runner, make_request(work_dir=program, preview=preview))
+
+    assert outcome.error is ErrorKind.PROGRAM_INVALID, outcome.message
+    assert outcome.message == YAML_ERRORS
+    assert "\x1b" not in outcome.message
 
 
 @pytest.mark.parametrize(
