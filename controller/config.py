@@ -23,6 +23,11 @@ then elect a leader per selector: unless ``--leader-election-id`` names it, the 
 ``<lease_name>-<first 8 hex digits of the SHA-256 of the selector's canonical form>``
 (``lease_name_for``), so that installations with different selectors each lead, and two
 with the same selector, however spelt, share one leader.
+
+Every write the process makes is recorded in the written object's ``managedFields`` under
+one name, ``Config.field_manager`` (the API's ``fieldManager``): the application's name
+(``Application.prog``), and for a selector ``<name>:<the selector's canonical form>``
+(``field_manager_for``), so that ``managedFields`` say which installation wrote what.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from controller.logs import LEVELS, LogFormat
 from controller.names import is_dns_label
 
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+FIELD_MANAGER_MAX = 128
+"""The most characters the API server takes in a ``fieldManager``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Config:
     log_level: str
     kubeconfig: str | None
     identity: str
+    field_manager: str
+    """The name every write is recorded under in ``managedFields`` (``field_manager_for``)."""
 
 
 def _no_flags(parser: argparse.ArgumentParser) -> None:
@@ -171,8 +180,27 @@ def lease_name_for(lease_name: str, selector: Selector) -> str:
     """
     if selector.empty:
         return lease_name
-    digest = hashlib.sha256(str(selector).encode()).hexdigest()[:8]
-    return f"{lease_name}-{digest}"
+    return f"{lease_name}-{_digest(selector)}"
+
+
+def field_manager_for(name: str, selector: Selector) -> str:
+    """The field manager of the installations managing ``selector``'s objects.
+
+    ``name`` itself for every object (the empty selector); otherwise ``name``, ``:`` and the
+    selector's canonical form (``str(selector)``, e.g. ``pulumi-stack-operator:shard!=a``),
+    or, when that passes ``FIELD_MANAGER_MAX`` characters, the first 8 hex digits of its
+    SHA-256 instead (the suffix of ``lease_name_for``). A selector's canonical form is
+    printable ASCII, as the API server requires of a field manager.
+    """
+    if selector.empty:
+        return name
+    readable = f"{name}:{selector}"
+    return readable if len(readable) <= FIELD_MANAGER_MAX else f"{name}:{_digest(selector)}"
+
+
+def _digest(selector: Selector) -> str:
+    """The first 8 hex digits of the SHA-256 of ``selector``'s canonical form."""
+    return hashlib.sha256(str(selector).encode()).hexdigest()[:8]
 
 
 def _namespaces(value: str) -> tuple[str, ...]:
@@ -431,6 +459,7 @@ def _config(args: argparse.Namespace, app: Application, environ: Mapping[str, st
         log_level=args.log_level,
         kubeconfig=args.kubeconfig or environ.get("KUBECONFIG") or None,
         identity=instance_identity(),
+        field_manager=field_manager_for(app.prog, selector),
     )
 
 

@@ -15,7 +15,9 @@ double written against one fits the other. Guarantees:
   ``_preload_content=False``, as the streaming ``urllib3`` response, unread;
 - any other answer raises ``kubernetes.client.ApiException`` (its typed subclasses, with
   ``status``, ``reason`` and ``body``) exactly as the generated client raises it;
-- a body may be a dict or a generated model (serialized as the generated client does).
+- a body may be a dict or a generated model (serialized as the generated client does);
+- a write given a ``field_manager`` sends it as the ``fieldManager`` query parameter, so
+  that ``managedFields`` name the writer (None: the API server's default, the user agent).
 """
 
 from __future__ import annotations
@@ -115,10 +117,16 @@ class CoreApi:
     # -- writes ---------------------------------------------------------------------------
 
     def create_namespaced_pod(
-        self, namespace: str, body: object, *, _request_timeout: Timeout = None
+        self,
+        namespace: str,
+        body: object,
+        *,
+        field_manager: str | None = None,
+        _request_timeout: Timeout = None,
     ) -> dict[str, Any]:
         """POST the Pod ``body`` into ``namespace``."""
-        return self._json("POST", _path(namespace, "pods"), body, timeout=_request_timeout)
+        path = _path(namespace, "pods")
+        return self._write("POST", path, body, field_manager, timeout=_request_timeout)
 
     def delete_namespaced_pod(
         self, name: str, namespace: str, *, body: object = None, _request_timeout: Timeout = None
@@ -133,18 +141,27 @@ class CoreApi:
         namespace: str,
         body: object,
         *,
+        field_manager: str | None = None,
         _content_type: str,
         _request_timeout: Timeout = None,
     ) -> dict[str, Any]:
         """PATCH the Pod ``namespace/name`` (``_content_type`` names the patch's kind)."""
         path = _path(namespace, "pods", name)
-        return self._json("PATCH", path, body, _content_type, timeout=_request_timeout)
+        return self._write(
+            "PATCH", path, body, field_manager, _content_type, timeout=_request_timeout
+        )
 
     def create_namespaced_event(
-        self, namespace: str, body: object, *, _request_timeout: Timeout = None
+        self,
+        namespace: str,
+        body: object,
+        *,
+        field_manager: str | None = None,
+        _request_timeout: Timeout = None,
     ) -> dict[str, Any]:
         """POST the Event ``body`` into ``namespace``."""
-        return self._json("POST", _path(namespace, "events"), body, timeout=_request_timeout)
+        path = _path(namespace, "events")
+        return self._write("POST", path, body, field_manager, timeout=_request_timeout)
 
     def patch_namespaced_event(
         self,
@@ -152,26 +169,46 @@ class CoreApi:
         namespace: str,
         body: object,
         *,
+        field_manager: str | None = None,
         _content_type: str,
         _request_timeout: Timeout = None,
     ) -> dict[str, Any]:
         """PATCH the Event ``namespace/name``."""
         path = _path(namespace, "events", name)
-        return self._json("PATCH", path, body, _content_type, timeout=_request_timeout)
+        return self._write(
+            "PATCH", path, body, field_manager, _content_type, timeout=_request_timeout
+        )
 
     # -- the request ----------------------------------------------------------------------
 
-    def _json(
+    def _write(  # noqa: PLR0913 - one write's parts
+        self,
+        method: str,
+        path: str,
+        body: object,
+        field_manager: str | None,
+        content_type: str = JSON,
+        *,
+        timeout: Timeout,
+    ) -> dict[str, Any]:
+        """Send one write as ``field_manager``; its JSON answer."""
+        query = [("fieldManager", field_manager)] if field_manager is not None else []
+        return self._json(method, path, body, content_type, query=query, timeout=timeout)
+
+    def _json(  # noqa: PLR0913 - one request's parts
         self,
         method: str,
         path: str,
         body: object = None,
         content_type: str = JSON,
         *,
+        query: list[tuple[str, str]] | None = None,
         timeout: Timeout,
     ) -> dict[str, Any]:
         """Send one request; its JSON answer."""
-        response = self._send(method, path, body=body, content_type=content_type, timeout=timeout)
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
         decoded: dict[str, Any] = json.loads(response.data or b"{}")
         return decoded
 

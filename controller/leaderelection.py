@@ -55,6 +55,8 @@ class LeaderElectionConfig:
     lease_duration: float = 60.0
     renew_deadline: float = 40.0
     retry_period: float = 5.0
+    field_manager: str | None = None
+    """Who the Lease's ``managedFields`` say wrote it (None: the API server's default)."""
 
     def __post_init__(self) -> None:
         """Check client-go's constraints: lease > renew deadline > 1.2 x retry period."""
@@ -195,7 +197,9 @@ class LeaderElector:
             ),
         )
         try:
-            self._api.create_namespaced_lease(self.config.namespace, lease)
+            self._api.create_namespaced_lease(
+                self.config.namespace, lease, field_manager=self.config.field_manager
+            )
         except client.ApiException as err:
             if err.status != 409:
                 raise
@@ -208,7 +212,12 @@ class LeaderElector:
         # The read's resourceVersion makes this a compare-and-swap: a 409 means another
         # replica wrote first, and this try fails.
         try:
-            self._api.replace_namespaced_lease(self.config.lease_name, self.config.namespace, lease)
+            self._api.replace_namespaced_lease(
+                self.config.lease_name,
+                self.config.namespace,
+                lease,
+                field_manager=self.config.field_manager,
+            )
         except client.ApiException as err:
             if err.status != 409:
                 raise

@@ -393,6 +393,7 @@ class Manager:
             lease_duration=self.config.lease_duration,
             renew_deadline=self.config.renew_deadline,
             retry_period=self.config.retry_period,
+            field_manager=self.config.field_manager,
         )
         self._elector = LeaderElector(le, self.api_client, clock=self.clock)
         self._election_stop = threading.Event()

@@ -3,7 +3,9 @@
 One place decides what talks to what: the status writer reads and records through the
 manager's read-your-writes view; metrics, the acknowledger and the Event recorder hang off
 the manager's registry, handlers, closers and liveness checks; the runner is the one
-``--runner`` names.
+``--runner`` names. Everything that writes to the API server (the status writer, the Event
+recorder, the finalizer patcher, the pod runner) writes as the manager's
+``Config.field_manager``, as the manager's leader election does.
 
 With ``--stack-selector`` (a shard) a Stack can leave this process while it works on it:
 the informer then delivers a delete, which is not the Stack's deletion. So, in a shard,
@@ -75,9 +77,12 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     image = cfg.run_image or own_image(context.api_client, os.environ)
     metrics = RunPodMetrics(context.registry)
     caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
-    return PodRunner(
+    runner = PodRunner(
         context.api_client, image, metrics=metrics, caching=caching, clock=context.clock
     )
+    # PodRunner does not take the field manager yet: its PodApi is told here.
+    runner.api.field_manager = cfg.manager.field_manager
+    return runner
 
 
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:
@@ -206,9 +211,14 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         context.registry,
         on_written=metrics.record_transitions,
         clock=context.clock,
+        field_manager=cfg.manager.field_manager,
     )
     recorder = EventRecorder(
-        context.api_client, cfg.manager.identity, registry=context.registry, clock=context.clock
+        context.api_client,
+        cfg.manager.identity,
+        registry=context.registry,
+        clock=context.clock,
+        field_manager=cfg.manager.field_manager,
     )
 
     # A new generation is acknowledged at once, even while every worker is in a long run;
@@ -243,7 +253,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         events=SelectedEvents(recorder, context.view) if sharded else recorder,
         metrics=metrics,
         secrets=functools.partial(SecretReader, context.api_client),
-        patcher=StackPatcher(context.api_client),
+        patcher=StackPatcher(context.api_client, cfg.manager.field_manager),
         source=GitSource(),
         clock=context.clock,
         interrupts=interrupts,

@@ -219,9 +219,10 @@ class GitSource:
 class StackPatcher:
     """``MetadataPatcher`` through the API server (a merge patch of ``metadata``)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        """Patch Stacks through ``api_client``."""
+    def __init__(self, api_client: client.ApiClient, field_manager: str | None = None) -> None:
+        """Patch Stacks through ``api_client`` as ``field_manager`` (``managedFields``)."""
         self._objects = client.CustomObjectsApi(api_client)
+        self._field_manager = field_manager
 
     def set_finalizers(self, key: ObjectKey, resource_version: str, finalizers: list[str]) -> None:
         """See ``MetadataPatcher``; transient API failures are retried in the call."""
@@ -230,6 +231,7 @@ class StackPatcher:
             with_retries(
                 self._objects.patch_namespaced_custom_object,
                 GROUP, VERSION, key.namespace, PLURAL, key.name, body,
+                field_manager=self._field_manager,
             )  # fmt: skip
         except client.ApiException as err:
             if err.status == 409:  # changed meanwhile: the watch brings the new version

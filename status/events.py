@@ -25,12 +25,13 @@ ones queue up). Other answers are not retried. Each request times out after
 Guarantees: ``post()`` never raises and never waits for the apiserver. Posts from one thread
 are written in order. Messages are plain text (``status.text.plain``: no terminal codes)
 cut to 1024 bytes of UTF-8 (so also 1024 characters), reason, action and reporting instance
-to 128. The Event lives in the object's namespace (``default`` for cluster-scoped objects),
-its timestamps are aware UTC (the clock's ``wall()``), and it carries ``source.component``
-and ``reportingComponent`` ``pulumi-stack-operator``, ``reportingInstance``, ``action`` and a
-full ``involvedObject`` (apiVersion, kind, name, namespace, uid, resourceVersion).
-``eventTime`` is left unset, as client-go's core/v1 recorder does, which keeps the
-apiserver's MicroTime parsing out of the way.
+to 128. Every write carries the recorder's field manager (``fieldManager``). The Event lives
+in the object's namespace (``default`` for cluster-scoped objects), its timestamps are aware
+UTC (the clock's ``wall()``), and it carries ``source.component`` and ``reportingComponent``
+``pulumi-stack-operator``, ``reportingInstance``, ``action`` and a full ``involvedObject``
+(apiVersion, kind, name, namespace, uid, resourceVersion). ``eventTime`` is left unset, as
+client-go's core/v1 recorder does, which keeps the apiserver's MicroTime parsing out of the
+way.
 
 Metrics (in the registry given to the constructor; a private one otherwise):
 ``pulumi_stack_events_total{type,result}`` counts posts of a valid type by outcome:
@@ -86,9 +87,14 @@ class EventSink(Protocol):
     """The two core/v1 calls the recorder makes (``controller.coreapi.CoreApi`` has them)."""
 
     def create_namespaced_event(
-        self, namespace: str, body: client.CoreV1Event, *, _request_timeout: float
+        self,
+        namespace: str,
+        body: client.CoreV1Event,
+        *,
+        field_manager: str | None,
+        _request_timeout: float,
     ) -> object:
-        """Create ``body`` in ``namespace``."""
+        """Create ``body`` in ``namespace`` as ``field_manager``."""
         ...
 
     def patch_namespaced_event(
@@ -97,10 +103,11 @@ class EventSink(Protocol):
         namespace: str,
         body: dict[str, Any],
         *,
+        field_manager: str | None,
         _content_type: str,
         _request_timeout: float,
     ) -> object:
-        """Patch the Event ``namespace/name`` with ``body``."""
+        """Patch the Event ``namespace/name`` with ``body`` as ``field_manager``."""
         ...
 
 
@@ -113,7 +120,7 @@ class EventRecorder:
     so a recorder that is never closed does not keep the process alive.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the client, then settings, all keyword-only
         self,
         api_client: client.ApiClient | None,
         instance: str | None = None,
@@ -121,16 +128,20 @@ class EventRecorder:
         registry: CollectorRegistry | None = None,
         clock: Clock | None = None,
         sink: EventSink | None = None,
+        field_manager: str | None = None,
     ) -> None:
         """Post through ``api_client`` (or ``sink``) as ``pulumi-stack-operator``/``instance``.
 
         ``instance`` (default: the host name) becomes ``reportingInstance``. ``clock``
         drives the correlation windows, the buckets and the retry waits (``now()``) and
-        stamps ``firstTimestamp``/``lastTimestamp`` (``wall()``).
+        stamps ``firstTimestamp``/``lastTimestamp`` (``wall()``). Every write is recorded
+        under ``field_manager`` in the Event's ``managedFields`` (None: the API server's
+        default, the client's user agent).
         """
         if sink is None:
             sink = CoreApi(api_client if api_client is not None else client.ApiClient())
         self._sink: EventSink = sink
+        self._field_manager = field_manager
         self._instance = truncate(instance or socket.gethostname(), MAX_FIELD)
         self._clock: Clock = clock if clock is not None else RealClock()
         self._correlator = EventCorrelator(self._name_for)
@@ -280,6 +291,7 @@ class EventRecorder:
                     write.name,
                     write.namespace,
                     _patch_body(write),
+                    field_manager=self._field_manager,
                     _content_type=_STRATEGIC_MERGE,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
@@ -291,7 +303,10 @@ class EventRecorder:
                 return "patched"
         try:
             self._sink.create_namespaced_event(
-                write.namespace, self._body(write), _request_timeout=REQUEST_TIMEOUT
+                write.namespace,
+                self._body(write),
+                field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except client.ApiException as err:
             if err.status != 409:

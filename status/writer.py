@@ -171,8 +171,12 @@ class StatusWriter:
         min_interval: float = MIN_PUBLISH_INTERVAL,
         clock: Clock | None = None,
         retry_budget: float = MAX_DELAY,
+        field_manager: str | None = None,
     ) -> None:
         """Write through ``api_client``; read objects through ``view``, record writes in it.
+
+        Every PATCH is recorded under ``field_manager`` in the object's ``managedFields``
+        (None: the API server's default, the client's user agent).
 
         ``on_written(old_status, new_status)`` runs after each successful write (metrics).
         ``min_interval`` spaces the progress writes of one Stack (``publish``).
@@ -183,6 +187,7 @@ class StatusWriter:
         self._min_interval = min_interval
         self._clock: Clock = clock or RealClock()
         self._retry_budget = retry_budget
+        self._field_manager = field_manager
         self._closing = threading.Event()
         self._resume_at = float("-inf")  # the progress thread backs off until then
         self._pending: dict[ObjectKey, Mutation] = {}
@@ -454,7 +459,13 @@ class StatusWriter:
         def send() -> object:
             try:
                 return self._api.patch_namespaced_custom_object_status(
-                    group, version, key.namespace, plural, key.name, body
+                    group,
+                    version,
+                    key.namespace,
+                    plural,
+                    key.name,
+                    body,
+                    field_manager=self._field_manager,
                 )
             except Exception as err:
                 write.failures += 1

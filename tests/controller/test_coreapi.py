@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -140,3 +141,31 @@ def test_an_event_is_created_and_patched(api_client: client.ApiClient, namespace
         _content_type="application/strategic-merge-patch+json",
     )
     assert (patched["count"], patched["message"]) == (2, "twice")
+
+
+def managers(obj: dict[str, Any]) -> set[str]:
+    """The managers ``obj``'s ``managedFields`` name."""
+    return {entry["manager"] for entry in obj["metadata"].get("managedFields") or ()}
+
+
+@pytest.mark.integration
+def test_every_write_is_recorded_under_the_field_manager_given(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A pod's and an Event's create and patch name the writer in ``managedFields``."""
+    api, manager = CoreApi(api_client), "pulumi-stack-operator:shard!=a"
+    api.create_namespaced_pod(namespace, pod_manifest("owned"), field_manager=manager)
+    add = [{"op": "add", "path": "/metadata/annotations", "value": {"done": "yes"}}]
+    kind = "application/json-patch+json"
+    api.patch_namespaced_pod("owned", namespace, add, field_manager=manager, _content_type=kind)
+    assert managers(api.read_namespaced_pod("owned", namespace)) == {manager}
+    about = {"kind": "Pod", "name": "owned", "namespace": namespace}
+    event = {"metadata": {"name": "e.2"}, "reason": "Tested", "involvedObject": about}
+    api.create_namespaced_event(namespace, event, field_manager=manager)
+    merge = "application/strategic-merge-patch+json"
+    patched = api.patch_namespaced_event(
+        "e.2", namespace, {"count": 2}, field_manager=manager, _content_type=merge
+    )
+    assert managers(patched) == {manager}
+    anonymous = api.create_namespaced_pod(namespace, pod_manifest("anonymous"))
+    assert manager not in managers(anonymous)  # the API server's default: the user agent

@@ -19,7 +19,8 @@ from controller.leaderelection import LeaderElectionConfig, LeaderElector
 
 # Real seconds a background thread may take to react; only ever reached by a failing test.
 JOIN_TIMEOUT = 5.0
-CONFIG = LeaderElectionConfig("lease", "ns", "me")  # 60 s lease, 40 s deadline, 5 s retry
+# 60 s lease, 40 s deadline, 5 s retry
+CONFIG = LeaderElectionConfig("lease", "ns", "me", field_manager="pulumi-stack-operator:shard=a")
 
 
 class FakeLeases:
@@ -30,6 +31,7 @@ class FakeLeases:
         self.lease: client.V1Lease | None = None
         self.down = False
         self.writes = 0
+        self.field_managers: list[str | None] = []  # of every create and replace
 
     def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
         """A copy of the Lease; 404 if none, OSError while ``down``."""
@@ -39,20 +41,24 @@ class FakeLeases:
             raise client.ApiException(status=404, reason="Not Found")
         return copy.deepcopy(self.lease)
 
-    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> client.V1Lease:
+    def create_namespaced_lease(
+        self, namespace: str, body: client.V1Lease, *, field_manager: str | None
+    ) -> client.V1Lease:
         """Store ``body``; 409 if a Lease exists."""
         del namespace
         self._answer()
+        self.field_managers.append(field_manager)
         if self.lease is not None:
             raise client.ApiException(status=409, reason="Conflict")
         return self._store(body)
 
     def replace_namespaced_lease(
-        self, name: str, namespace: str, body: client.V1Lease
+        self, name: str, namespace: str, body: client.V1Lease, *, field_manager: str | None
     ) -> client.V1Lease:
         """Store ``body`` if its resourceVersion is the stored one; 409 otherwise."""
         del name, namespace
         self._answer()
+        self.field_managers.append(field_manager)
         if _version(body) != (_version(self.lease) if self.lease else None):
             raise client.ApiException(status=409, reason="Conflict")
         return self._store(body)
@@ -224,3 +230,16 @@ def test_a_clean_stop_releases_the_lease_at_the_clocks_wall_time(
     assert run.stopped.is_set()
     assert leases.holder() is None
     assert leases.spec().renew_time == micro(2.5)
+
+
+def test_every_lease_write_carries_the_field_manager(
+    clock: FakeClock, leases: FakeLeases, run: Run
+) -> None:
+    """The create, each renewal and the release are written as the configured manager."""
+    assert run.started.wait(JOIN_TIMEOUT)
+    assert clock.wait_for_waiters(1)
+    clock.step(CONFIG.retry_period)
+    assert clock.wait_for_waiters(1)
+    run.end()
+    assert len(leases.field_managers) == 3  # create, renew, release
+    assert set(leases.field_managers) == {CONFIG.field_manager}

@@ -14,12 +14,15 @@ from reconcile.collaborators import StackPatcher
 KEY = ObjectKey("ns", "app")
 
 
+MANAGER = "pulumi-stack-operator:shard=a"
+
+
 def patcher(answer: client.ApiException | None, calls: list[tuple[Any, ...]]) -> StackPatcher:
     """A ``StackPatcher`` whose API call records its arguments and raises ``answer``."""
-    patch = StackPatcher(client.ApiClient())
+    patch = StackPatcher(client.ApiClient(), MANAGER)
 
-    def call(*args: Any) -> object:
-        calls.append(args)
+    def call(*args: Any, **kwargs: Any) -> object:
+        calls.append((*args, kwargs))
         if answer is not None:
             raise answer
         return {}
@@ -29,11 +32,15 @@ def patcher(answer: client.ApiException | None, calls: list[tuple[Any, ...]]) ->
 
 
 def test_the_patch_sets_the_finalizers_at_the_version_read() -> None:
-    """A merge patch of metadata.finalizers with the resourceVersion as a precondition."""
+    """A merge patch of metadata.finalizers with the resourceVersion as a precondition.
+
+    Written as the operator's field manager.
+    """
     calls: list[tuple[Any, ...]] = []
     patcher(None, calls).set_finalizers(KEY, "42", ["a", "b"])
     body = {"metadata": {"finalizers": ["a", "b"], "resourceVersion": "42"}}
-    assert calls == [("pulumi.com", "v1", "ns", "stacks", "app", body)]
+    manager = {"field_manager": MANAGER}
+    assert calls == [("pulumi.com", "v1", "ns", "stacks", "app", body, manager)]
 
 
 def test_a_conflict_is_transient_and_a_missing_stack_is_done() -> None:

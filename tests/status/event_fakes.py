@@ -1,8 +1,8 @@
 """Fakes for the event recorder's unit tests: a CoreV1Api stand-in and a wired recorder.
 
-``FakeSink`` keeps the Events it was sent and fails on demand; ``Harness`` wires a recorder
-to it, to a ``FakeClock`` (whose ``wall()`` stamps the Events, from ``T0``) and to a private
-registry.
+``FakeSink`` keeps the Events it was sent (and the field manager of each write) and fails on
+demand; ``Harness`` wires a recorder writing as ``FIELD_MANAGER`` to it, to a ``FakeClock``
+(whose ``wall()`` stamps the Events, from ``T0``) and to a private registry.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from status.events import NORMAL, EventRecorder
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 """The fake clock's wall time at 0 s."""
 FLUSH = 10.0  # real seconds; only bounds a test that is about to fail
+FIELD_MANAGER = "pulumi-stack-operator:shard=a"
 
 
 def stack(name: str = "web", uid: str = "uid-1", rv: str = "1") -> dict[str, Any]:
@@ -47,6 +48,7 @@ class FakeSink:
         """No Events, no calls, no failures."""
         self.events: dict[str, client.CoreV1Event] = {}
         self.calls: list[tuple[str, str]] = []
+        self.field_managers: list[str | None] = []  # of every call, in order
         self.failures: list[BaseException] = []
         self.always_fail: BaseException | None = None
         self.gate: threading.Event | None = None
@@ -54,10 +56,16 @@ class FakeSink:
         self._lock = threading.Lock()
 
     def create_namespaced_event(
-        self, namespace: str, body: client.CoreV1Event, *, _request_timeout: float
+        self,
+        namespace: str,
+        body: client.CoreV1Event,
+        *,
+        field_manager: str | None,
+        _request_timeout: float,
     ) -> object:
         """Store ``body`` under its name (409 if taken)."""
         del namespace, _request_timeout
+        self.field_managers.append(field_manager)
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(FLUSH)
@@ -75,11 +83,13 @@ class FakeSink:
         namespace: str,
         body: dict[str, Any],
         *,
+        field_manager: str | None,
         _content_type: str,
         _request_timeout: float,
     ) -> object:
         """Apply count, lastTimestamp and message (404 if unknown)."""
         del namespace, _request_timeout
+        self.field_managers.append(field_manager)
         assert _content_type == "application/strategic-merge-patch+json"
         self._call("patch", name)
         with self._lock:
@@ -122,6 +132,7 @@ class Harness:
             registry=self.registry,
             clock=self.clock,
             sink=self.sink,
+            field_manager=FIELD_MANAGER,
         )
 
     def flush(self) -> None:

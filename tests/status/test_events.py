@@ -15,7 +15,7 @@ import pytest
 
 from status import events
 from status.events import NORMAL, WARNING
-from tests.status.event_fakes import FLUSH, T0, Harness, api_error, stack
+from tests.status.event_fakes import FIELD_MANAGER, FLUSH, T0, Harness, api_error, stack
 
 # -- limits and fields --------------------------------------------------------------------
 
@@ -67,6 +67,15 @@ def test_event_fields(harness: Harness) -> None:
     assert event.first_timestamp == event.last_timestamp == T0
     assert event.first_timestamp is not None
     assert event.first_timestamp.tzinfo is not None
+
+
+def test_every_write_carries_the_field_manager(harness: Harness) -> None:
+    """The CREATE and the PATCH of a repeat are both written as the recorder's manager."""
+    for _ in range(2):
+        harness.recorder.post(stack(), WARNING, "UpdateFailed", "boom")
+        harness.flush()
+    assert [verb for verb, _ in harness.sink.calls] == ["create", "patch"]
+    assert harness.sink.field_managers == [FIELD_MANAGER, FIELD_MANAGER]
 
 
 def test_a_message_loses_its_terminal_codes(harness: Harness) -> None:

@@ -82,6 +82,28 @@ def test_unchanged_status_is_not_written_again(
     assert after_first["status"]["conditions"][0]["type"] == "Ready"
 
 
+def test_the_status_is_recorded_under_the_writers_field_manager(
+    api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
+) -> None:
+    """``managedFields`` say who wrote the status: the writer's manager, on the subresource."""
+    key, store, api = stack
+    manager = "pulumi-stack-operator:shard=a"
+    writer = StatusWriter(
+        api_client,
+        ReadYourWritesView(store),
+        GROUP,
+        VERSION,
+        PLURAL,
+        CollectorRegistry(),
+        field_manager=manager,
+    )
+    assert writer.update(key, lambda s: cond.succeeded(s, 1, "ok", NOW))
+    entries = get(api, key.namespace)["metadata"]["managedFields"]
+    status = [e for e in entries if e.get("subresource") == "status"]
+    assert [(e["manager"], e["operation"]) for e in status] == [(manager, "Update")]
+    assert "f:conditions" in status[0]["fieldsV1"]["f:status"]
+
+
 def test_a_stale_cache_never_resurrects_or_keeps_removed_fields(
     api_client: client.ApiClient, stack: tuple[ObjectKey, Store, client.CustomObjectsApi]
 ) -> None:

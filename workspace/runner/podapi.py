@@ -2,7 +2,8 @@
 
 ``PodApi`` is the only code that calls the API server for the pod runner. Every call has
 a timeout (``API_TIMEOUT``); the pod is always addressed by its name (``podspec.pod_name``),
-never listed, and a delete or patch applies only to the pod of a given uid.
+never listed, and a delete or patch applies only to the pod of a given uid. Its create and
+patch are recorded under ``field_manager`` in the pod's ``managedFields``.
 ``PodChanges`` follows one run pod by a watch with a ``metadata.name`` field selector, in
 a thread of its own, so a run is followed as the kubelet reports it instead of by
 re-reading the pod on a timer.
@@ -56,9 +57,12 @@ MAX_RETRY_DELAY = 8.0  # seconds: the longest backoff between two such attempts
 class PodApi:
     """The pod runner's calls to the API server (see the module docstring); thread-safe."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        """Call the API server through ``api_client``."""
+    def __init__(self, api_client: client.ApiClient, field_manager: str | None = None) -> None:
+        """Call the API server through ``api_client``; write as ``field_manager``."""
         self.core = CoreApi(api_client)
+        self.field_manager = field_manager
+        """Who the pod's ``managedFields`` say created and patched it (``fieldManager``);
+        None: the API server's default (the client's user agent)."""
 
     def read(self, job: RunJob) -> Pod | None:
         """The Stack's run pod, or None when there is none."""
@@ -74,7 +78,10 @@ class PodApi:
     def create(self, job: RunJob, manifest: Pod) -> Pod:
         """Create the run pod ``manifest``; raises ``ApiException`` as the server refuses."""
         return self.core.create_namespaced_pod(
-            job.namespace, manifest, _request_timeout=API_TIMEOUT
+            job.namespace,
+            manifest,
+            field_manager=self.field_manager,
+            _request_timeout=API_TIMEOUT,
         )
 
     def delete(self, job: RunJob, uid: str, *, grace: float | None = None) -> None:
@@ -110,6 +117,7 @@ class PodApi:
                 podspec.pod_name(job.stack_name),
                 job.namespace,
                 patch,
+                field_manager=self.field_manager,
                 _content_type="application/json-patch+json",
                 _request_timeout=API_TIMEOUT,
             )
