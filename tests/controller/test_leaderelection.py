@@ -30,7 +30,14 @@ class Run:
         timings: dict[str, float] = FAST,
     ) -> None:
         """Start electing."""
-        cfg = LeaderElectionConfig("lease", namespace, identity, **timings)
+        cfg = LeaderElectionConfig(
+            "lease",
+            namespace,
+            identity,
+            lease_duration=timings["lease_duration"],
+            renew_deadline=timings["renew_deadline"],
+            retry_period=timings["retry_period"],
+        )
         self.elector = LeaderElector(cfg, api)
         self.stop = threading.Event()
         self.started, self.stopped = threading.Event(), threading.Event()
