@@ -179,7 +179,7 @@ def settle_own(
     then), ``RELEASED`` when every one lapsed and was deleted, ``HELD`` (with the lock)
     when one was still renewed at the end, ``STOPPED`` when ``stop`` was set.
     """
-    give_up = clock.now() + bound
+    give_up, said = clock.now() + bound, False
     while True:
         found = lock_files_or_none(locks)
         if found is None:  # the CLI reads the same directory: its error will say why
@@ -187,6 +187,9 @@ def settle_own(
         settled = _settle(found, clock)
         if settled is not None:
             return settled
+        if not said:
+            log.info("Waiting for the lock an earlier run pod of this Stack holds", bound=bound)
+            said = True
         if clock.now() >= give_up:
             return Settlement(Settled.HELD, _live_own(found, clock))
         if clock.wait_event(stop, min(give_up, clock.now() + RENEW_SECONDS)):
