@@ -211,6 +211,11 @@ def lock_of_the_run(state: Path) -> Path:
     return lock
 
 
+def since(when: float | None, start: float) -> str:
+    """``when`` as seconds after ``start`` ("never" for None)."""
+    return "never" if when is None else f"in {when - start:.1f}s"
+
+
 def force_delete(stacks: Stacks, uid: str) -> None:
     """Force-delete the Stack's run pod of ``uid`` (``kubectl delete --force --grace-period=0``)."""
     options = client.V1DeleteOptions(
@@ -270,10 +275,10 @@ def test_a_run_on_a_lost_node_is_over_before_the_next_run_of_its_stack_runs(
         assert faults.node_ready() is False, "the lost node is still down"
     runs = marks(state)
     print(  # noqa: T201 - the numbers of the report
-        f"after the force-delete: the lost run's processes gone in "
-        f"{(watch.run_over_at or 0) - forced:.1f}s, its lock in "
-        f"{(watch.lock_gone_at or 0) - forced:.1f}s, the next run started in "
-        f"{runs[-1]['start'] - forced:.1f}s; runs: {runs}"
+        "after the force-delete: the lost run's processes gone "
+        f"{since(watch.run_over_at, forced)}, its lock {since(watch.lock_gone_at, forced)}, "
+        "the next run started "
+        f"{since(runs[-1]['start'], forced)}; runs: {runs}"
     )
     assert ready["status"]["outputs"]["content"] == "again"
     assert (state / f"{NAME}.txt").read_text() == "again"
