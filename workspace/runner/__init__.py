@@ -9,7 +9,9 @@ phases and outcome), ``cli`` (``pulumi`` command lines and their environment), `
 (the event log and what its events say), ``failures`` (``ErrorKind`` of a failure),
 ``display`` (a failure's error text, out of the CLI's display), ``scrub`` (secrets and
 terminal codes out of messages and outputs), ``project`` (Pulumi.yaml and the stack
-settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks);
+settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks),
+``lease`` (a run pod's lock as its lease: renewed while its CLI runs, taken over once
+lapsed);
 ``pod`` (``PodRunner``: which pod a run follows), ``podrun`` (following one run pod),
 ``podapi`` (its API calls and watch), ``podstate`` (reading a pod), ``podspec`` (its manifest),
 ``job`` (what a run pod is given), ``channel`` (the reports a run pod prints);
@@ -33,7 +35,6 @@ from workspace.runner.job import (
     SecretEnvNames,
 )
 from workspace.runner.local import DEFAULT_CACHE_LIMIT, LocalRunner
-from workspace.runner.locks import release_own as release_own_locks
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     Detached,
@@ -97,5 +98,4 @@ __all__ = [
     "outcome_line",
     "parse_line",
     "progress_line",
-    "release_own_locks",
 ]

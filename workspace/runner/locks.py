@@ -206,30 +206,6 @@ def _runs_pulumi(pid: int) -> bool:
     return Path(argv0.decode(errors="replace")).name.startswith("pulumi")
 
 
-def release_own(request: UpdateRequest, home: Path, now: datetime) -> bool:
-    """Delete the stack's locks if all are of this host's name and lapsed at ``now``.
-
-    Lapsed: ``lease_lapsed``. A run pod's hostname is its name, which is the Stack's: a
-    lock of that name was taken by an earlier run pod of the same Stack. The API server
-    lets one pod of that name exist at a time, but a pod force-deleted (or whose node is
-    lost) may still run: only its lapsed lease proves it over. False when the project
-    cannot be read, the backend is not ``file://``, a lock is another host's or a lease
-    has not lapsed.
-    """
-    locks = stack_locks(request, home)
-    if locks is None:
-        return False
-    found = lock_files_or_none(locks)
-    host = socket.gethostname()
-    if not found or any(lock.info.hostname != host for lock in found):
-        return False
-    if not all(lease_lapsed(lock, now) for lock in found):
-        return False
-    delete(found)
-    log.warning("Released the lock an earlier run pod of this Stack left", locks=len(found))
-    return True
-
-
 def lock_files_or_none(locks: StackLocks) -> list[LockFile] | None:
     """``locks.files()``, or None when the backend cannot be read now."""
     try:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,8 @@ import pytest
 from testbed.pulumi_env import PulumiEnv
 from tests.workspace.runner.support import STACK, lock_files, run, succeeded, wait_for
 from workspace.process import kill_tree
-from workspace.runner import ErrorKind, LocalRunner, LockInfo, UpdateRequest, release_own_locks
-from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, is_stale
+from workspace.runner import ErrorKind, LocalRunner, LockInfo, UpdateRequest
+from workspace.runner.locks import is_stale
 
 pytestmark = pytest.mark.pulumi
 
@@ -174,30 +174,3 @@ def test_unreadable_and_foreign_locks_are_never_stale() -> None:
     assert not is_stale(LockInfo())
     assert not is_stale(LockInfo(pid=dead_pid(), hostname="elsewhere"))
     assert is_stale(LockInfo(pid=dead_pid(), hostname=socket.gethostname()))
-
-
-def test_a_run_pod_releases_only_lapsed_locks_its_own_hostname_took(
-    runner: LocalRunner,
-    make_request: Callable[..., UpdateRequest],
-    pulumi_env: PulumiEnv,
-) -> None:
-    """``release_own_locks``: a lock of this host's name goes once its lease lapsed; others stay.
-
-    A run pod's hostname is the Stack's run pod name, so such a lock is an earlier run
-    pod's of the same Stack, which may still run (a lost node, a force-deleted pod) until
-    its lease has lapsed; a lock another host took is never touched.
-    """
-    assert succeeded(run(runner, make_request()))  # the stack exists, as for a real conflict
-    now = datetime.now(UTC)
-    lapsed = (now - timedelta(seconds=LEASE_SECONDS + LEASE_MARGIN + 1)).timestamp()
-    other = write_lock(pulumi_env, pid=os.getpid(), hostname="another-host")
-    os.utime(other, (lapsed, lapsed))
-    assert not release_own_locks(make_request(), runner.pulumi_home, now)
-    assert lock_files(pulumi_env) == [other]
-    other.unlink()
-    own = write_lock(pulumi_env, pid=os.getpid(), hostname=socket.gethostname())
-    assert not release_own_locks(make_request(), runner.pulumi_home, now), "renewed just now"
-    assert lock_files(pulumi_env) == [own]
-    os.utime(own, (lapsed, lapsed))
-    assert release_own_locks(make_request(), runner.pulumi_home, now)
-    assert lock_files(pulumi_env) == []
