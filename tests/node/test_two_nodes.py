@@ -226,11 +226,33 @@ def test_pods_on_both_nodes_reach_a_server_on_the_first_nodes_host_ip(
 def test_pods_reach_the_other_nodes_pod_directly_and_through_its_cluster_ip(
     pinned: Pinned,
 ) -> None:
-    """Pod to pod across the nodes (through the host), by Pod IP and by ClusterIP."""
+    """Pod to pod across the nodes (through the host), by Pod IP and by ClusterIP.
+
+    A Service's ClusterIP answers once each node's kube-proxy has programmed the pod's
+    endpoint, some time after the pod turned Ready (until then it refuses connections):
+    that is waited for, by asking.
+    """
     for here, there in ((1, 2), (2, 1)):
         hello = (200, f"hello from web-{there}")
         assert pinned.relay(here, pinned.url(there)) == hello
-        assert pinned.relay(here, f"http://{pinned.services[there]}/") == hello
+        service = f"http://{pinned.services[there]}/"
+        wait_for(
+            functools.partial(_relays, pinned, here, service, hello),
+            f"web-{there}'s ClusterIP to answer web-{here} with {hello}",
+            _TIMEOUT,
+            0.2,
+            detail=functools.partial(_answer, pinned, here, service),
+        )
+
+
+def _relays(pinned: Pinned, here: int, target: str, expected: tuple[int, str]) -> bool:
+    """Whether pod ``web-<here>`` gets ``expected`` from ``target``."""
+    return pinned.relay(here, target) == expected
+
+
+def _answer(pinned: Pinned, here: int, target: str) -> str:
+    """What pod ``web-<here>`` gets from ``target``, for a failure's message."""
+    return repr(pinned.relay(here, target))
 
 
 def test_the_host_reaches_a_cluster_ip_whose_pod_is_on_the_second_node(pinned: Pinned) -> None:
