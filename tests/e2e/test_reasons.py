@@ -49,6 +49,21 @@ FileProvider.read = _read
 """
 READ_ANCHOR = "config = pulumi.Config()\n"
 
+# The files program's project as YAML, with the deprecated `configuration:` block (the
+# language host warns about it in colour) and a type error (its errors, in colour, then it
+# bails: the engine reports nothing).
+YAML = """\
+name: files
+runtime: yaml
+configuration:
+  path:
+    type: String
+  content:
+    type: String
+outputs:
+  where: ${path.directory}
+"""
+
 
 def assert_shown(
     stacks: Stacks, obj: Mapping[str, Any], reason: str, cause: str, reconciling: str | None
@@ -96,7 +111,11 @@ def ready_reason(obj: Mapping[str, Any]) -> str | None:
 def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
-    """A Pulumi.yaml without a runtime, then a syntax error: ProgramInvalid; a fix is applied."""
+    """No runtime, a syntax error, YAML that does not type-check: ProgramInvalid; then a fix.
+
+    The YAML language host reports its warning and errors in colour and bails: the message
+    is its errors, first, as plain text (no terminal code, no warning, no progress line).
+    """
     del operator
     source = files_program()
     no_runtime = program.commit("no runtime", **{"app/Pulumi.yaml": "name: files\n"})
@@ -113,6 +132,19 @@ def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
         "ProgramInvalid for the commit with a syntax error",
     )
     assert_shown(stacks, obj, "ProgramInvalid", "SyntaxError", reconciling=None)
+
+    yaml_errors = program.commit("YAML that does not type-check", **{"app/Pulumi.yaml": YAML})
+    obj = stacks.wait(
+        "invalid",
+        lambda o: ready_reason(o) == "ProgramInvalid" and last_attempt(o) == yaml_errors,
+        "ProgramInvalid for the commit with YAML type errors",
+    )
+    assert_shown(stacks, obj, "ProgramInvalid", "cannot access a property", reconciling=None)
+    message = find(obj, "Ready")["message"]  # type: ignore[index]
+    assert message.startswith("Error: cannot access a property on 'path' (type string)\n")
+    assert not [part for part in ("\x1b", "Warning", "Updating (") if part in message], message
+    events = stacks.wait_events("invalid", "ProgramInvalid")
+    assert not [e.message for e in events if "\x1b" in str(e.message)]
 
     fixed = program.commit("fix", **source)
     obj = stacks.wait(
