@@ -5,7 +5,8 @@ created without a status is Current at once (Flux, Helm ``--wait`` and ``kubectl
 would move on before anything ran). The CRD defaults the status to
 ``{observedGeneration: 0}`` and the operator's first write is the status, so from the
 create response on every version reads InProgress until the run succeeds (or Failed, for a
-Stack that cannot work).
+Stack that cannot work). Its status and its finalizer are recorded in ``managedFields``
+under the operator's own field manager, ``pulumi-stack-operator``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ def describe(observation: Observation) -> str:
     )
 
 
+def field_managers(obj: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Who ``managedFields`` say wrote ``obj``'s status, and who its finalizers."""
+    entries = obj["metadata"].get("managedFields") or ()
+    status = {e["manager"] for e in entries if e.get("subresource") == "status"}
+    finalizers = {
+        e["manager"]
+        for e in entries
+        if "f:finalizers" in (e.get("fieldsV1") or {}).get("f:metadata", {})
+    }
+    return {"status": status, "finalizers": finalizers}
+
+
 def assert_observed_from_the_start(created: Mapping[str, Any], first: Observation) -> None:
     """The create response and the first version seen carry ``status.observedGeneration``."""
     status = created.get("status") or {}
@@ -57,6 +70,8 @@ def test_a_new_stack_is_in_progress_from_its_first_version_until_it_is_ready(
     assert stacks.watcher is not None
     created = stacks.create(stacks.manifest("web", program))
     ready = stacks.wait_ready("web")
+    ours = {"pulumi-stack-operator"}
+    assert field_managers(ready) == {"status": ours, "finalizers": ours}, ready["metadata"]
     stacks.watcher.wait_for("web", ready["metadata"]["resourceVersion"])
     history = stacks.watcher.observations("web")
     assert_observed_from_the_start(created, history[0])

@@ -3,8 +3,9 @@
 Operator A manages ``shard=a``, operator B ``shard!=a`` (every other Stack), each leading on
 the Lease its selector names. Who did what is read from what the operator writes its
 identity (``<host>_<pid>_<hex>``) into: ``status.currentUpdate.operator`` (every version the
-watcher saw) and the Events' ``reportingInstance``. Both operators write status with the
-same client, so ``managedFields`` cannot tell them apart.
+watcher saw) and the Events' ``reportingInstance``; and ``managedFields`` name each shard's
+field manager (``pulumi-stack-operator:<selector>``) for the status, the finalizer and the
+Lease it wrote.
 
 One scenario, so that both processes start once:
 
@@ -45,9 +46,11 @@ from tests.e2e.conftest import (
     assert_no_leaks,
     is_ready,
 )
+from tests.e2e.test_first_status import field_managers
 from tests.e2e.waits import wait_mid_step, wait_reconciles, wait_until
 
 SHARDS = {"a": "shard=a", "b": "shard!=a"}
+MANAGERS = {name: f"pulumi-stack-operator:{selector}" for name, selector in SHARDS.items()}
 BASE_LEASE = "pulumi-stack-operator"
 # Leader election on, as the chart deploys it; a Lease is created at once, so each process
 # leads within a second of its cache syncing.
@@ -147,6 +150,14 @@ def events_by(stacks: Stacks, name: str) -> dict[str, list[str]]:
     return found
 
 
+def lease_writers(bed: Bed, lease: str) -> set[str]:
+    """The field managers the Lease ``lease``'s ``managedFields`` name."""
+    with bed.control_plane.api_client() as api:
+        found = client.CoordinationV1Api(api).read_namespaced_lease(lease, bed.namespace)
+    assert found.metadata is not None
+    return {str(entry.manager) for entry in found.metadata.managed_fields or ()}
+
+
 def lease_holder(bed: Bed, lease: str) -> str | None:
     """The holder of the Lease ``lease`` in the test namespace."""
     with bed.control_plane.api_client() as api:
@@ -166,6 +177,9 @@ def test_two_shards_share_the_stacks_and_hand_them_over(
         lambda: a.is_leader(leases["a"]) and b.is_leader(leases["b"]), "both shards to lead", 60
     )
     assert {name: lease_holder(bed, lease) for name, lease in leases.items()} == ids
+    assert {name: lease_writers(bed, lease) for name, lease in leases.items()} == {
+        name: {MANAGERS[name]} for name in SHARDS
+    }
     each_runs_its_own(stacks, program, ids)
     an_idle_stack_moves(stacks, a, ids)
     a_stack_moves_mid_update(stacks, a, ids)
@@ -175,8 +189,10 @@ def each_runs_its_own(stacks: Stacks, program: Program, ids: dict[str, str]) -> 
     """1. alpha (shard a) and beta (shard b) reach Ready, each by its own operator only."""
     stacks.create(in_shard(stacks.manifest("alpha", program), "a"))
     stacks.create(in_shard(stacks.manifest("beta", program), "b"))
-    stacks.wait_ready("alpha")
-    stacks.wait_ready("beta")
+    for name, shard in (("alpha", "a"), ("beta", "b")):
+        manager = {MANAGERS[shard]}
+        written = field_managers(stacks.wait_ready(name))
+        assert written == {"status": manager, "finalizers": manager}, (name, written)
     assert runners(stacks, "alpha") == {ids["a"]}
     assert runners(stacks, "beta") == {ids["b"]}
     stacks.wait_events("alpha", "Succeeded")
