@@ -60,12 +60,14 @@ from workspace.runner import (
     Outcome,
     Progress,
     UpdateRequest,
+    envfile,
     failed_outcome,
     fitted,
     outcome_line,
     parse_line,
     progress_line,
 )
+from workspace.runner.envfile import ENV_VARIABLE
 from workspace.runner.lease import LeaseKeeper, Settled, settle_own
 from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, LockFile, StackLocks, stack_locks
 from workspace.source import (
@@ -121,10 +123,18 @@ class AgentJob:
         auth = self.values("gitAuth")
         return GitCredentials(**auth) if auth else None
 
-    def request(self, work_dir: Path, environ: Mapping[str, str]) -> UpdateRequest:
-        """The LocalRunner request: the pod's environment, the job's values and Secrets."""
+    def request(
+        self, work_dir: Path, environ: Mapping[str, str], written: Mapping[str, str] | None = None
+    ) -> UpdateRequest:
+        """The LocalRunner request: the pod's environment, the job's values and Secrets.
+
+        ``written``: what the Stack's init containers wrote into ``$PULUMI_ENV``; it goes
+        over the pod's environment, under the job's own (the spec wins), and its values
+        are masked in messages as a Secret's are.
+        """
         job = self.job
         env = {k: v for k, v in environ.items() if not k.startswith("PSO_")}
+        env |= written or {}
         env |= job.get("env") or {}
         env |= self.values("envRefs")
         secret_config = self.values("secretConfig")
@@ -145,21 +155,24 @@ class AgentJob:
             target_dependents=bool(job.get("targetDependents")),
             run_program=bool(job.get("runProgram")),
             environments=tuple(str(name) for name in job.get("environment") or ()),
-            secret_env=self.secret_env(environ),
+            secret_env=self.secret_env(environ, written or {}),
         )
 
-    def secret_env(self, environ: Mapping[str, str]) -> frozenset[str] | None:
+    def secret_env(
+        self, environ: Mapping[str, str], written: Mapping[str, str]
+    ) -> frozenset[str] | None:
         """The request's env names whose values came from Secrets (None: not known).
 
-        The pod's variables the template filled from Secrets (``PSO_ENV_SOURCES``), less
-        those the job's own env or literal envRefs set, plus the envRefs from Secrets.
+        The pod's variables the template filled from Secrets (``PSO_ENV_SOURCES``) and
+        those the init containers ``written`` (made at run time, treated as secrets),
+        less those the job's own env or literal envRefs set, plus the envRefs from Secrets.
         """
         sources = EnvSources.decode(environ.get(ENV_SOURCES))
         if sources is None:
             return None
         refs: Mapping[str, Mapping[str, str]] = self.job.get("envRefs") or {}
         own = set(self.job.get("env") or {}) | set(refs)
-        from_pod = sources.secret_names(environ) - own
+        from_pod = (sources.secret_names(environ) | set(written)) - own
         return from_pod | {name for name, ref in refs.items() if "env" in ref}
 
 
@@ -226,7 +239,12 @@ def run(
         work_dir = _program_dir(job)
     except ProgramDirError as err:
         return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
-    request = job.request(work_dir, environ)
+    try:
+        written = envfile.read(Path(environ[ENV_VARIABLE])) if ENV_VARIABLE in environ else {}
+    except envfile.EnvFileError as err:
+        message = f"the file an init container wrote for the run's environment: {err}"
+        return _failed(job, started, ErrorKind.SETUP_FAILED, message)
+    request = job.request(work_dir, environ, written)
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
     runner = local_runner(environ)
     operate = runner.destroy if job.operation == "destroy" else runner.run

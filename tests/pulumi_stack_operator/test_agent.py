@@ -374,3 +374,42 @@ def test_a_fenced_run_says_why_it_stopped(fake_clock: FakeClock) -> None:
     told = agent._fenced(interrupted, guard)  # noqa: SLF001
     assert told.message == "the run stopped itself: its pod was deleted; interrupted"
     assert agent._fenced(outcome(), guard).message == ""  # noqa: SLF001
+
+
+def test_what_init_containers_wrote_is_in_the_runs_environment_and_masked() -> None:
+    """``$PULUMI_ENV``'s variables: over the pod's, under the job's own; masked as Secrets."""
+    sources = EnvSources(secret=frozenset(), plain=frozenset(), secret_prefixes=frozenset())
+    environ = environment(PSO_ENV_SOURCES=sources.encode(), KUBERNETES_SERVICE_HOST="pod")
+    written = {
+        "PULUMI_CONFIG_PASSPHRASE": "made-at-run-time",
+        "KUBERNETES_SERVICE_HOST": "written",
+        "PLAIN": "written-too",
+    }
+    request = AgentJob.from_environment(environ).request(Path("/w"), environ, written)
+    assert request.env["PULUMI_CONFIG_PASSPHRASE"] == "made-at-run-time"  # noqa: S105
+    assert request.env["KUBERNETES_SERVICE_HOST"] == "written"
+    assert request.env["PLAIN"] == "p", "the Stack's own envRefs win"
+    assert request.secret_env is not None
+    assert {"PULUMI_CONFIG_PASSPHRASE", "KUBERNETES_SERVICE_HOST"} <= request.secret_env
+    assert "PLAIN" not in request.secret_env
+    assert Scrubber(request).scrub("bad made-at-run-time") == "bad [secret]"
+
+
+def test_an_environment_file_that_cannot_be_used_fails_the_run_saying_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reserved name: SetupFailed naming the file, the line and the name; nothing runs."""
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
+    monkeypatch.setattr(agent, "_program_dir", lambda _job: tmp_path)
+    monkeypatch.setattr(agent, "local_runner", _no_runner)
+    env_file = tmp_path / ".env"
+    env_file.write_text("GOOD=fine\nPSO_JOB=forged-value\n")
+    environ = environment(PULUMI_ENV=str(env_file))
+    outcome = agent.run(AgentJob.from_environment(environ), environ, threading.Event())
+    assert outcome.error is ErrorKind.SETUP_FAILED
+    assert f"{env_file}, line 2: PSO_JOB is set by the runner itself" in outcome.message
+    assert "forged-value" not in outcome.message
+
+
+def _no_runner(_environ: object) -> object:
+    raise AssertionError("nothing may run with an environment file that cannot be used")

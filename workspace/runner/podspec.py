@@ -22,6 +22,11 @@ Guarantees of ``run_pod``:
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
+* The Stack's own init containers (``podTemplate.spec.initContainers``) run after the
+  checkout, with the run container's security context forced on them; every container
+  has ``PULUMI_ENV`` naming a file on the pod's ``share`` volume (``envfile``), which they
+  may append ``NAME=value`` lines to for the run's environment, as with the Pulumi
+  Kubernetes Operator.
 * ``RunCaching``: when the namespace has the cache claim, the run container (not the
   checkout) mounts it at ``CACHE_MOUNT`` and the agent keeps the program's installed
   dependencies, download caches and plugins there (``PSO_CACHE_DIR``), bounded by
@@ -34,6 +39,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
 from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 
 CONTAINER = "pulumi"
@@ -57,6 +63,7 @@ RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CACHE_VOLUME = "pulumi-cache"
 CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.volumes)
+ENV_FILE_VARIABLE = {"name": ENV_VARIABLE, "value": ENV_FILE}  # in every container
 _NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
 
 
@@ -167,11 +174,15 @@ def _pod_spec(
         # operator is gone and a pod that ignores SIGTERM.
         "activeDeadlineSeconds": int(job.timeout + grace) + 60,
         "securityContext": _pod_security(restricted=restricted),
-        "initContainers": [_checkout(job, operation, template, image, restricted=restricted)],
+        "initContainers": [
+            _checkout(job, operation, template, image, restricted=restricted),
+            *_tenant_init_containers(template, restricted=restricted),
+        ],
         "containers": [_container(job, operation, template, image, restricted=restricted)],
         "volumes": [
             {"name": "workspace", "emptyDir": {}},
             {"name": "tmp", "emptyDir": {}},
+            *_share_volume(template),
             *template.get("volumes", []),
         ],
     }
@@ -198,11 +209,13 @@ def _container(
         "env": [
             *_agent_env(job, operation),
             _env_sources(template),
+            ENV_FILE_VARIABLE,
             *template.get("env", []),
         ],
         "volumeMounts": [
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+            *_share_mount(template.get("volumeMounts", [])),
             *template.get("volumeMounts", []),
         ],
         "securityContext": _container_security(restricted=restricted),
@@ -227,6 +240,38 @@ def _checkout(
     plain = [e for e in container["env"] if not e["name"].startswith("PSO_SECRET_")]
     container["env"] = [*plain, *_secret_env(job.git_env)]
     return container
+
+
+def _tenant_init_containers(template: dict[str, Any], *, restricted: bool) -> list[Any]:
+    """The Stack's own init containers, after the checkout, hardened as the run container.
+
+    Their image, command, env and mounts are the Stack's; the security context is the
+    runner's (the parser refuses one of theirs), and each has ``$PULUMI_ENV`` and the
+    ``share`` volume it names, to hand the run variables made at run time (``envfile``).
+    """
+    made = []
+    for given in template.get("initContainers", []):
+        container = dict(given)
+        mounts = list(container.get("volumeMounts", []))
+        container["volumeMounts"] = [*_share_mount(mounts), *mounts]
+        container["env"] = [*container.get("env", []), ENV_FILE_VARIABLE]
+        container["securityContext"] = _container_security(restricted=restricted)
+        made.append(container)
+    return made
+
+
+def _share_volume(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``share`` emptyDir, unless the Stack brings a volume of that name itself."""
+    if any(v.get("name") == SHARE_VOLUME for v in template.get("volumes", [])):
+        return []
+    return [{"name": SHARE_VOLUME, "emptyDir": {}}]
+
+
+def _share_mount(mounts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The mount of ``share`` at ``SHARE_PATH``, unless ``mounts`` has one already."""
+    if any(m.get("name") == SHARE_VOLUME or m.get("mountPath") == SHARE_PATH for m in mounts):
+        return []
+    return [{"name": SHARE_VOLUME, "mountPath": SHARE_PATH}]
 
 
 def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
