@@ -77,12 +77,14 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     image = cfg.run_image or own_image(context.api_client, os.environ)
     metrics = RunPodMetrics(context.registry)
     caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
-    runner = PodRunner(
-        context.api_client, image, metrics=metrics, caching=caching, clock=context.clock
+    return PodRunner(
+        context.api_client,
+        image,
+        metrics=metrics,
+        caching=caching,
+        clock=context.clock,
+        field_manager=cfg.manager.field_manager,
     )
-    # PodRunner does not take the field manager yet: its PodApi is told here.
-    runner.api.field_manager = cfg.manager.field_manager
-    return runner
 
 
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:

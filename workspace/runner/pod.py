@@ -131,13 +131,15 @@ class PodRunner:
         metrics: PodMetrics | None = None,
         caching: RunCaching | None = None,
         clock: Clock | None = None,
+        field_manager: str | None = None,
     ) -> None:
         """Create pods of ``image`` through ``api_client``; time them on ``clock``.
 
         ``caching`` says which claim of a Stack's namespace its run pods mount as their
-        dependency cache (when it exists), its limit and the plugin mirror.
+        dependency cache (when it exists), its limit and the plugin mirror; the pods are
+        written as ``field_manager``.
         """
-        self.api = PodApi(api_client)
+        self.api = PodApi(api_client, field_manager)
         self.image = image
         self.caching = caching or RunCaching()
         self._with = Following(
