@@ -6,7 +6,8 @@
    ``destroyOnFinalize``, then drop the finalizer; a failed destroy keeps it and says why);
 2. no finalizer → acknowledge the generation in the status, then add the finalizer;
 3. parse the spec (invalid → Stalled ``InvalidSpec``, no retry until the spec changes),
-   and with runs in pods check it against the operator's tenancy rules (the same);
+   and with runs in pods check it against the operator's tenancy rules (the same), with
+   local runs against what the local runner can do (init containers: the same);
    suspended → report and stop;
 4. prerequisites not ready → ``DependencyNotReady``, poll;
 5. resolve the commit (``git ls-remote`` for a tracked branch) and ``decide`` whether a run
@@ -112,6 +113,8 @@ class StackReconciler:
         problem = problem or check_environments_for_backend(spec.environments, backend)
         if problem is None and self._settings.remote_runs:
             problem = tenancy.refusal(spec, self._settings.tenancy)
+        elif problem is None:
+            problem = tenancy.local_refusal(spec)
         if problem is not None:
             return self._effects.execute(at, verdicts.invalid_spec(problem))
         if spec.suspend:

@@ -5,7 +5,7 @@ runner builds a pod from it, because the pod would otherwise reach past what its
 may do: a priority class that preempts other tenants or the operator itself, a toleration
 that lands it on dedicated or control-plane nodes, a ServiceAccount an admin made for
 something else. Pure: the caller reads the ServiceAccount; the local runner ignores all of
-this (it builds no pod).
+this (it builds no pod), but refuses what it cannot do (``local_refusal``: init containers).
 
 Guarantees: each refusal is a message that names the field, why it is refused and the fix
 (the spec's, or the flag or label an admin would set); ``None`` means allowed.
@@ -57,6 +57,22 @@ def refusal(spec: StackSpec, tenancy: Tenancy) -> str | None:
     """Why the pod ``spec`` asks for may not be built under ``tenancy`` (None: it may)."""
     pod = spec.workspace.overrides()
     return _priority_refusal(pod, tenancy) or _toleration_refusal(pod, tenancy)
+
+
+def local_refusal(spec: StackSpec) -> str | None:
+    """Why the local runner cannot run ``spec`` as written (None: it can).
+
+    It ignores the rest of ``workspaceTemplate`` (it builds no pod), but init containers
+    are steps of the run itself (they may hand it variables through ``$PULUMI_ENV``): a
+    run without them would not be the run the Stack describes.
+    """
+    if not spec.workspace.overrides().get("initContainers"):
+        return None
+    return (
+        f"{_PODS}.initContainers: init containers need the pod runner (--runner=pod); "
+        "this operator runs programs as its own child processes (--runner=local). Remove "
+        "them, or run the Stack with an operator that uses the pod runner"
+    )
 
 
 def _priority_refusal(pod: Mapping[str, Any], tenancy: Tenancy) -> str | None:

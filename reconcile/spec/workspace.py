@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from controller.names import is_dns_label
 from reconcile.spec.fields import (
     SPEC,
     FieldPath,
@@ -76,6 +77,7 @@ from reconcile.spec.template_fields import (
     read_items,
 )
 from reconcile.spec.volumes import read_mounts, read_volumes
+from workspace.runner.envfile import SHARE_VOLUME
 
 _TEMPLATE: Final = SPEC / "workspaceTemplate"
 
@@ -109,7 +111,15 @@ _POD_ACCOUNT: Final = (
 )
 _RESOURCES_FIELDS: Final = frozenset({"requests", "limits"})
 POD_FIELDS: Final = frozenset(
-    {"nodeSelector", "tolerations", "affinity", "priorityClassName", "volumes", "containers"}
+    {
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+        "volumes",
+        "containers",
+        "initContainers",
+    }
 )
 """The keys of the pod template's ``spec`` read here; any other is refused."""
 REFUSED_POD_FIELDS: Final = MappingProxyType(
@@ -122,7 +132,6 @@ REFUSED_POD_FIELDS: Final = MappingProxyType(
                 "hostIPC",
                 "hostUsers",
                 "shareProcessNamespace",
-                "initContainers",
                 "ephemeralContainers",
                 "automountServiceAccountToken",
             ),
@@ -143,6 +152,31 @@ REFUSED_CONTAINER_FIELDS: Final = MappingProxyType(
     }
 )
 """Keys of the ``pulumi`` container refused with a reason of their own (others: unknown)."""
+INIT_CONTAINER_FIELDS: Final = frozenset(
+    {
+        "name",
+        "image",
+        "imagePullPolicy",
+        "command",
+        "args",
+        "workingDir",
+        "env",
+        "envFrom",
+        "volumeMounts",
+        "resources",
+    }
+)
+"""The keys of a Stack's own init container read here; any other is refused."""
+REFUSED_INIT_CONTAINER_FIELDS: Final = MappingProxyType(
+    {
+        "securityContext": (
+            "refused: the runner gives init containers the run container's security context"
+        ),
+        "restartPolicy": "refused: a run pod has no sidecars (an init container runs to its end)",
+    }
+)
+"""Keys of an init container refused with a reason of their own (others: unknown)."""
+_RUNNER_CONTAINERS: Final = frozenset({"pulumi", "checkout"})
 _TOLERATION_FIELDS: Final = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
 _AFFINITY_FIELDS: Final = frozenset({"nodeAffinity", "podAffinity", "podAntiAffinity"})
 _ENV_FIELDS: Final = frozenset({"name", "value", "valueFrom"})
@@ -418,7 +452,8 @@ def _pod_template(
     )
     names = frozenset(volume["name"] for volume in volumes)
     container = _containers(pod, pod_path, names, env_refs)
-    return {**read_pod_metadata(template, template_path), **scheduling, **container}
+    inits = given(initContainers=_init_containers(pod, pod_path, names | {SHARE_VOLUME}))
+    return {**read_pod_metadata(template, template_path), **scheduling, **container, **inits}
 
 
 def _priority_class(pod: Mapping[str, Any], path: FieldPath) -> str | None:
@@ -471,3 +506,57 @@ def _container(
     container = closed_object(raw, path, CONTAINER_FIELDS, REFUSED_CONTAINER_FIELDS)
     mounts = read_mounts(container, path, volumes)
     return _container_settings(container, path, env_refs) | given(volumeMounts=mounts)
+
+
+# -- the Stack's own init containers ---------------------------------------------------------
+
+
+def _init_containers(
+    pod: Mapping[str, Any], path: FieldPath, volumes: frozenset[str]
+) -> list[dict[str, Any]]:
+    """``pod.initContainers``: each named once, none with a name of the runner's."""
+    made = [
+        _init_container(item, at, volumes) for at, item in read_items(pod, path, "initContainers")
+    ]
+    names = [container["name"] for container in made]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            where = (path / "initContainers").entry(index) / "name"
+            raise SpecError(where, f"{name!r} is the name of another init container: rename it")
+    return made
+
+
+def _init_container(raw: object, path: FieldPath, volumes: frozenset[str]) -> dict[str, Any]:
+    """One init container: the Stack's image and command, mounts of ``volumes`` (and share).
+
+    It runs before the run with the run container's security context, the runner's
+    (``workspace.runner.podspec``); it may append ``NAME=value`` lines to ``$PULUMI_ENV``.
+    """
+    container = closed_object(raw, path, INIT_CONTAINER_FIELDS, REFUSED_INIT_CONTAINER_FIELDS)
+    name = required_string(container, path, "name")
+    if not is_dns_label(name) or name in _RUNNER_CONTAINERS:
+        problem = f"{name!r}: name it with a DNS label other than the runner's pulumi and checkout"
+        raise SpecError(path / "name", problem)
+    image = _image(container, path)
+    if image is None:
+        raise SpecError(path / "image", "required: the image the init container runs")
+    command = given(
+        command=_strings(container, path, "command"),
+        args=_strings(container, path, "args"),
+        workingDir=read_string(container, path, "workingDir"),
+        imagePullPolicy=read_choice(container, path, "imagePullPolicy", PULL_POLICIES),
+        volumeMounts=read_mounts(container, path, volumes),
+    )
+    settings = _container_settings(container, path, frozenset())
+    return {"name": name, "image": image, **command, **settings}
+
+
+def _strings(obj: Mapping[str, Any], path: FieldPath, key: str) -> list[str]:
+    """``obj[key]`` as a list of strings (a command, its args); empty when unset."""
+    return [_string(item, at) for at, item in read_items(obj, path, key)]
+
+
+def _string(value: object, path: FieldPath) -> str:
+    if not isinstance(value, str):
+        raise SpecError(path, f"must be a string, not {kind_of(value)}")
+    return value

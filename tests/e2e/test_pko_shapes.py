@@ -7,7 +7,10 @@ Under both runners (``tests.e2e.beds``), with the files program:
 - the run's ServiceAccount in ``workspaceTemplate.spec.serviceAccountName``, as every Stack
   of PKO's e2e suite names it: under the pod runner the run pod runs as it, under the same
   opt-in rule as ``spec.serviceAccountName`` (an account no admin opted in stalls the Stack
-  with ``InvalidSpec`` naming the field it was set in); the local runner ignores both fields.
+  with ``InvalidSpec`` naming the field it was set in); the local runner ignores both fields;
+- an init container in ``workspaceTemplate.spec.podTemplate`` that writes the passphrase to
+  ``$PULUMI_ENV``, as PKO's ``issue-937`` e2e case does: the run has it (pod runner); the
+  local runner refuses init containers, naming the runner they need.
 """
 
 from __future__ import annotations
@@ -90,3 +93,51 @@ def test_the_workspace_templates_service_account_runs_the_stack(
     assert f'{TEMPLATE_ACCOUNT}: ServiceAccount "stranger" is not one Stacks may run as' in message
     assert f"{RUNNER_LABEL}=true" in message
     assert not stacks.target("as-stranger").exists()
+
+
+@both_runners
+def test_an_init_container_hands_the_run_its_passphrase_through_pulumi_env(
+    bed: Bed, stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """PKO's issue-937 shape: an init container writes the passphrase to ``$PULUMI_ENV``.
+
+    The Stack names no passphrase itself; the init container (the operator's image, for
+    its shell) appends ``PULUMI_CONFIG_PASSPHRASE=…`` to the file, from a Secret it is
+    given, and the run has it: Ready. The value is a sentinel, never to be seen in status,
+    Events or logs (the operator fixture scans them). The local runner runs no containers:
+    it stalls the Stack naming the field and the runner it needs, and runs nothing.
+    """
+    del operator
+    body = stacks.manifest("dynamic", program)
+    del body["spec"]["envRefs"]["PULUMI_CONFIG_PASSPHRASE"]
+    passphrase = {"secretKeyRef": {"name": "pulumi-secrets", "key": "passphrase"}}
+    init = {
+        "name": "passphrase",
+        "image": run_image(bed) or "busybox",
+        "command": ["sh", "-c", 'echo "PULUMI_CONFIG_PASSPHRASE=$PASSPHRASE" >> "$PULUMI_ENV"'],
+        "env": [{"name": "PASSPHRASE", "valueFrom": passphrase}],
+        "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+    }
+    pod_spec(body).setdefault("initContainers", []).append(init)
+    stacks.create(body)
+    if bed.runner == "local":
+        stalled = stacks.wait_reason("dynamic", "Stalled", "InvalidSpec", RUN)
+        message = find(stalled, "Stalled")["message"]  # type: ignore[index]
+        assert "initContainers: init containers need the pod runner" in message
+        assert not stacks.target("dynamic").exists()
+        return
+    stacks.wait_ready("dynamic", RUN)
+    assert stacks.target("dynamic").read_text() == "one"
+
+
+def run_image(bed: Bed) -> str | None:
+    """The image of the bed's run pods (``--run-image``), None without one."""
+    flags = [flag for flag in bed.flags if flag.startswith("--run-image=")]
+    return flags[0].split("=", 1)[1] if flags else None
+
+
+def pod_spec(body: dict[str, Any]) -> dict[str, Any]:
+    """``workspaceTemplate.spec.podTemplate.spec`` of a Stack ``body`` (made if missing)."""
+    template = body["spec"].setdefault("workspaceTemplate", {}).setdefault("spec", {})
+    spec: dict[str, Any] = template.setdefault("podTemplate", {}).setdefault("spec", {})
+    return spec

@@ -262,3 +262,13 @@ def test_the_request_says_which_env_came_from_secrets(h: Harness) -> None:
     request = h.runner.calls[0][1]
     assert request.env["NPM_CONFIG_REGISTRY"] == "http://mirror.example/"
     assert request.secret_env == frozenset({"TOKEN"})
+
+
+def test_init_containers_stall_a_stack_the_local_runner_would_run(h: Harness) -> None:
+    """InvalidSpec naming the field and the runner they need; nothing runs."""
+    init = [{"name": "extra", "image": "busybox", "command": ["true"]}]
+    h.create(workspaceTemplate={"spec": {"podTemplate": {"spec": {"initContainers": init}}}})
+    h.reconcile()
+    assert h.kstatus()["Stalled"] == ("True", "InvalidSpec")
+    assert "initContainers: init containers need the pod runner" in h.message("Stalled")
+    assert h.runner.operations == []

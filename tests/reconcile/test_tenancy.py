@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reconcile.spec import StackSpec, Workspace
-from reconcile.tenancy import RUNNER_LABEL, Tenancy, account_refusal, refusal
+from reconcile.tenancy import RUNNER_LABEL, Tenancy, account_refusal, local_refusal, refusal
 
 
 def spec(**pod: Any) -> StackSpec:
@@ -92,3 +92,13 @@ def test_the_refusal_names_the_field_that_named_the_account() -> None:
         problem = account_refusal("deployer", labels, "ns", Tenancy(), field)
         assert problem is not None
         assert problem.startswith(f'{field}: ServiceAccount "deployer"')
+
+
+def test_the_local_runner_refuses_init_containers_naming_the_runner_they_need() -> None:
+    """They are steps of the run: without a pod, the run would not be the one described."""
+    assert local_refusal(spec()) is None
+    assert local_refusal(spec(nodeSelector={"a": "b"})) is None, "the rest is ignored"
+    refused = local_refusal(spec(initContainers=[{"name": "extra", "image": "busybox"}]))
+    assert refused is not None
+    assert refused.startswith("spec.workspaceTemplate.spec.podTemplate.spec.initContainers:")
+    assert "--runner=pod" in refused

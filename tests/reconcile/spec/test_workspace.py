@@ -272,6 +272,32 @@ def test_defaults(fields: dict[str, Any]) -> None:
         ),
         pytest.param(pod(containers=[]), {}, id="no-container"),
         pytest.param(
+            pod(
+                initContainers=[
+                    {
+                        "name": "extra",
+                        "image": "busybox",
+                        "command": ["sh", "-c", "echo A=1 >> $PULUMI_ENV"],
+                        "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+                        "env": [{"name": "B", "value": ""}],
+                        "imagePullPolicy": None,
+                    }
+                ]
+            ),
+            {
+                "initContainers": [
+                    {
+                        "name": "extra",
+                        "image": "busybox",
+                        "command": ["sh", "-c", "echo A=1 >> $PULUMI_ENV"],
+                        "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+                        "env": [{"name": "B", "value": ""}],
+                    }
+                ]
+            },
+            id="pko-issue-937-init-container",
+        ),
+        pytest.param(
             pod(containers=[{"name": "pulumi"}]), {}, id="pulumi-container-without-settings"
         ),
     ],
@@ -687,10 +713,56 @@ INVALID = [
         id="pod-security-context",
     ),
     pytest.param(
+        pod(initContainers=[{"name": "x", "image": "busybox", "securityContext": {}}]),
+        f"{P}.initContainers[0].securityContext",
+        "gives init containers the run container's security context",
+        id="init-container-security",
+    ),
+    pytest.param(
         pod(initContainers=[{"name": "x"}]),
-        f"{P}.initContainers",
-        "owns the run pod's security",
-        id="init-containers",
+        f"{P}.initContainers[0].image",
+        "required: the image the init container runs",
+        id="init-container-image",
+    ),
+    pytest.param(
+        pod(initContainers=[{"name": "checkout", "image": "busybox"}]),
+        f"{P}.initContainers[0].name",
+        "other than the runner's pulumi and checkout",
+        id="init-container-runner-name",
+    ),
+    pytest.param(
+        pod(initContainers=[{"name": "a", "image": "i"}, {"name": "a", "image": "i"}]),
+        f"{P}.initContainers[1].name",
+        "the name of another init container",
+        id="init-container-twice",
+    ),
+    pytest.param(
+        pod(initContainers=[{"name": "a", "image": "i", "restartPolicy": "Always"}]),
+        f"{P}.initContainers[0].restartPolicy",
+        "a run pod has no sidecars",
+        id="init-container-sidecar",
+    ),
+    pytest.param(
+        pod(initContainers=[{"name": "a", "image": "i", "ports": []}]),
+        f"{P}.initContainers[0].ports",
+        "unknown field; remove it (supported: args, command, env, envFrom, image,",
+        id="init-container-unknown",
+    ),
+    pytest.param(
+        pod(initContainers=[{"name": "a", "image": "i", "command": ["sh", 1]}]),
+        f"{P}.initContainers[0].command[1]",
+        "must be a string",
+        id="init-container-command",
+    ),
+    pytest.param(
+        pod(
+            initContainers=[
+                {"name": "a", "image": "i", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}
+            ]
+        ),
+        f"{P}.initContainers[0].volumeMounts[0].name",
+        "no volume 'x' in podTemplate.spec.volumes",
+        id="init-container-unknown-volume",
     ),
     pytest.param(
         pod(serviceAccountName="admin"),
@@ -707,7 +779,7 @@ INVALID = [
     pytest.param(
         pod(restartPolicy="Always"),
         f"{P}.restartPolicy",
-        "unknown field; remove it (supported: affinity, containers, nodeSelector,"
+        "unknown field; remove it (supported: affinity, containers, initContainers, nodeSelector,"
         " priorityClassName, tolerations, volumes)",
         id="pod-unknown",
     ),

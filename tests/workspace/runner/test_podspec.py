@@ -208,3 +208,38 @@ def test_an_envfrom_secret_covers_its_prefix_but_not_the_pods_own_variables() ->
     }
 
     assert sources.secret_names(environ) == {"FROM_SECRET"}
+
+
+def test_the_stacks_init_containers_run_after_the_checkout_hardened_with_pulumi_env() -> None:
+    """PKO's issue-937 shape: its image and command, the runner's security, ``$PULUMI_ENV``.
+
+    The pod has the ``share`` volume the file is on; a container mounting it itself (as
+    PKO's example does) is not given a second mount.
+    """
+    extra = {
+        "name": "extra",
+        "image": "busybox",
+        "command": ["sh", "-c", "echo 'PULUMI_CONFIG_PASSPHRASE=test' > /share/.env"],
+        "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+    }
+    second = {"name": "second", "image": "busybox", "env": [{"name": "A", "value": "1"}]}
+    pod = manifest(overrides=json.dumps({"initContainers": [extra, second]}))
+    spec = pod["spec"]
+    checkout, mine, other = spec["initContainers"]
+    assert checkout["name"] == "checkout"
+    assert (mine["image"], mine["command"]) == (extra["image"], extra["command"])
+    for container in (mine, other, spec["containers"][0]):
+        assert {"name": "PULUMI_ENV", "value": "/share/.env"} in container["env"]
+        mounts = [m for m in container["volumeMounts"] if m["name"] == "share"]
+        assert mounts == [{"name": "share", "mountPath": "/share"}]
+    for container in (mine, other):
+        assert container["securityContext"] == spec["containers"][0]["securityContext"]
+        assert not any(e["name"].startswith("PSO_") for e in container["env"])
+    assert {"name": "share", "emptyDir": {}} in spec["volumes"]
+
+
+def test_a_stacks_own_share_volume_is_the_one_used() -> None:
+    """A volume named ``share`` in the template replaces the runner's emptyDir."""
+    claim = {"name": "share", "persistentVolumeClaim": {"claimName": "shared"}}
+    spec = manifest(overrides=json.dumps({"volumes": [claim]}))["spec"]
+    assert [v for v in spec["volumes"] if v["name"] == "share"] == [claim]
