@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from status.text import plain
 from workspace.source.credentials import MASK, GitCredentials
 from workspace.source.errors import SourceError, SourceFailure
 
@@ -35,7 +36,10 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret (plain or URL-encoded) and URL user information masked.
 
     Longer secrets are masked first, so a secret that contains another is masked whole.
+    Terminal codes go first (a git server's ``remote:`` lines may be coloured), so that
+    none can split a secret and none reaches a message.
     """
+    text = plain(text)
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK).replace(urllib.parse.quote(secret, ""), MASK)
     return redact_url(text)

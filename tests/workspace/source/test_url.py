@@ -59,6 +59,12 @@ def test_scrub_masks_plain_and_url_encoded_secrets_longest_first() -> None:
     assert scrub(text, ["p@ss/word", "p@ss/word-long"]) == "*** and *** and ***, http://***@h/r"
 
 
+def test_scrub_drops_a_git_servers_terminal_codes_even_inside_a_secret() -> None:
+    """``remote:`` lines may be coloured; a code in the middle must not hide a secret."""
+    text = "remote: \x1b[31mdenied\x1b[0m for tok\x1b[1men-value"
+    assert scrub(text, ["token-value"]) == "remote: denied for ***"
+
+
 @pytest.mark.parametrize(
     "url",
     [
