@@ -28,10 +28,12 @@ not lose a write (the operator's status writer) keeps retrying it until it lands
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import threading
 import weakref
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 import structlog
 from kubernetes import client
@@ -133,7 +135,20 @@ def is_transient(exc: BaseException, reachability: Reachability = REACHABILITY) 
             return reachability.recently_unreachable()
         # status 0: the client wrapped a transport (e.g. TLS) failure.
         return exc.status in TRANSIENT_STATUSES or exc.status == 0
-    return isinstance(exc, HTTPError | ConnectionError | TimeoutError)
+    return isinstance(exc, TRANSPORT_FAILURES)
+
+
+TRANSPORT_FAILURES: Final = (
+    HTTPError,
+    ConnectionError,
+    TimeoutError,
+    http.client.HTTPException,
+    ssl.SSLError,
+)
+"""What a call that did not reach the API server, or was cut off in flight, raises: urllib3's
+errors, refused or reset connections, timeouts, a truncated or malformed HTTP answer
+(``IncompleteRead``, ``RemoteDisconnected``: ``http.client``'s) and TLS failures. Not a
+``ValueError`` of our own making, which no retry can mend."""
 
 
 def retry_after(exc: BaseException | None) -> float | None:

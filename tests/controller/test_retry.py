@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 
@@ -59,6 +61,9 @@ def refused() -> MaxRetryError:
         pytest.param(api_error(401), False, id="401"),
         pytest.param(refused(), True, id="max-retries"),
         pytest.param(ValueError("bug"), False, id="bug"),
+        pytest.param(http.client.IncompleteRead(b"{"), True, id="cut-off-body"),
+        pytest.param(http.client.RemoteDisconnected("gone"), True, id="remote-disconnected"),
+        pytest.param(ssl.SSLError("handshake"), True, id="tls"),
         pytest.param(
             api_error(500, message="etcdserver: request is too large"), False, id="etcd-too-large"
         ),
