@@ -55,10 +55,10 @@ from typing import Any, Protocol
 import structlog
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
-from urllib3.exceptions import HTTPError
 
 from controller.clock import Clock, RealClock
 from controller.coreapi import CoreApi
+from controller.failures import CLIENT_FAILURES, FailureStreak
 from controller.retry import is_transient
 from status.correlator import EventCorrelator, Occurrence, Write, truncate_message
 from status.eventref import ObjectRef
@@ -144,6 +144,7 @@ class EventRecorder:
         self._field_manager = field_manager
         self._instance = truncate(instance or socket.gethostname(), MAX_FIELD)
         self._clock: Clock = clock if clock is not None else RealClock()
+        self._failing = FailureStreak("event-recorder", self._clock)  # writes given up
         self._correlator = EventCorrelator(self._name_for)
         self._last_suffix = 0
         # _cond guards the correlator, _queue (FIFO, at most QUEUE_SIZE writes), _busy (the
@@ -252,9 +253,9 @@ class EventRecorder:
         while (write := self._next()) is not None:
             try:
                 self._deliver(write)
-            except Exception:  # the worker loop must outlive any one event
-                log.exception("Writing an event failed", **_fields(write.occurrence))
+            except Exception as err:  # noqa: BLE001 - the worker loop must outlive any one event
                 self._events.labels(write.occurrence.type, "failed").inc()
+                self._failing.failed(err, outcome="event dropped", **_fields(write.occurrence))
             finally:
                 with self._cond:
                     self._busy = False
@@ -275,12 +276,13 @@ class EventRecorder:
         for attempt in range(1, MAX_TRIES + 1):
             try:
                 result = self._send(write)
-            except (client.ApiException, HTTPError, OSError) as err:
+            except CLIENT_FAILURES as err:
                 if not is_transient(err) or attempt == MAX_TRIES or not self._sleep(attempt):
                     self._give_up(write, err, attempt)
                     return
             else:
                 self._events.labels(write.occurrence.type, result).inc()
+                self._failing.succeeded()
                 return
 
     def _send(self, write: Write) -> str:
@@ -326,13 +328,9 @@ class EventRecorder:
             return not self._closed
 
     def _give_up(self, write: Write, err: BaseException, tries: int) -> None:
+        """Drop ``write``: counted always, logged once per streak of failed writes."""
         self._events.labels(write.occurrence.type, "failed").inc()
-        log.warning(
-            "Writing an event failed; dropping it",
-            tries=tries,
-            error=str(err).strip(),
-            **_fields(write.occurrence),
-        )
+        self._failing.failed(err, outcome="event dropped", tries=tries, **_fields(write.occurrence))
 
     def _body(self, write: Write) -> client.CoreV1Event:
         occ = write.occurrence
