@@ -65,19 +65,6 @@ def test_a_failed_destroy_keeps_the_finalizer_until_the_user_gives_up(h: Harness
     assert h.runner.operations == ["run", "destroy"]
 
 
-def test_a_destroy_that_cannot_be_prepared_is_blocked_too(h: Harness) -> None:
-    """A missing Secret at deletion: DeletionBlocked naming it, no destroy."""
-    h.secrets.data[("ns", "creds")] = {"token": "t"}
-    h.create(destroyOnFinalize=True, envRefs={"TOKEN": SECRET_REF})
-    h.runner.then(h.succeed())
-    h.reconcile()
-    del h.secrets.data[("ns", "creds")]
-    h.delete()
-    assert h.reconcile() == Result(requeue_after=10)
-    assert 'cannot prepare destroy: Secret "creds"' in h.message()
-    assert h.runner.operations == ["run"]
-
-
 def test_a_stack_deleted_without_destroy_only_loses_its_finalizer(h: Harness) -> None:
     """No destroyOnFinalize: no destroy, the finalizer goes."""
     h.create()
@@ -139,8 +126,11 @@ def test_a_failed_destroy_is_tried_again_after_its_backoff_only(h: Harness) -> N
     assert KEY not in h.cluster.objects
 
 
-def test_a_destroy_that_cannot_be_prepared_backs_off_too(h: Harness) -> None:
-    """The missing Secret is looked for again after the backoff, not on every watch event."""
+def test_a_destroy_that_cannot_be_prepared_is_blocked_and_backs_off_too(h: Harness) -> None:
+    """A missing Secret at deletion: DeletionBlocked naming it, no destroy.
+
+    The Secret is looked for again after the backoff, not on every watch event.
+    """
     h.secrets.data[("ns", "creds")] = {"token": "t"}
     h.create(destroyOnFinalize=True, envRefs={"TOKEN": SECRET_REF})
     h.runner.then(h.succeed())
@@ -148,6 +138,8 @@ def test_a_destroy_that_cannot_be_prepared_backs_off_too(h: Harness) -> None:
     del h.secrets.data[("ns", "creds")]
     h.delete()
     assert h.reconcile() == Result(requeue_after=10)
+    assert 'cannot prepare destroy: Secret "creds"' in h.message()
+    assert h.runner.operations == ["run"]
     writes = len(h.writer.writes)
     h.clock.step(5)
     assert h.reconcile() == Result(requeue_after=5)
