@@ -330,6 +330,13 @@ def _encoded(data: Mapping[str, str]) -> dict[str, bytes | str]:
     return {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
 
 
+def basic_auth(secret: str) -> dict[str, Any]:
+    """A Stack's ``gitAuth`` reading ``userName`` and ``password`` from Secret ``secret``."""
+    keys = ("userName", "password")
+    refs = {key: {"type": "Secret", "secret": {"name": secret, "key": key}} for key in keys}
+    return {"basicAuth": refs}
+
+
 def find(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     """A condition of ``obj``."""
     for condition in obj.get("status", {}).get("conditions", []):

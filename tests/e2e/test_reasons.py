@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     Program,
     Sentinels,
     Stacks,
+    basic_auth,
     files_program,
     find,
     is_ready,
@@ -193,12 +194,7 @@ def test_credentials_git_refuses_stall_until_the_secret_is_fixed(
         private = Program(server, tmp_path / "checkouts")
         wrong = {"userName": account.username, "password": f"wrong-{sentinels.git_password}"}
         stacks.secret("git-credentials", wrong)
-        auth = {
-            "basicAuth": {
-                key: {"type": "Secret", "secret": {"name": "git-credentials", "key": key}}
-                for key in ("userName", "password")
-            }
-        }
+        auth = basic_auth("git-credentials")
         stacks.create(stacks.manifest("private", private, gitAuth=auth))
         obj = stacks.wait_reason("private", "Ready", "AuthenticationFailed")
         assert_shown(stacks, obj, "AuthenticationFailed", "Authentication failed", reconciling=None)

@@ -36,7 +36,15 @@ from testbed.git_http import Account, GitHttpServer
 from testbed.git_server import Checkout
 from testbed.waits import wait_for
 from tests.e2e.beds import Bed
-from tests.e2e.conftest import Operator, Program, Sentinels, Stacks, has_reason, is_ready
+from tests.e2e.conftest import (
+    Operator,
+    Program,
+    Sentinels,
+    Stacks,
+    basic_auth,
+    has_reason,
+    is_ready,
+)
 from tests.e2e.test_sources import GIT_CREDENTIALS, NO_REPO, apply_program
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
@@ -194,12 +202,7 @@ def test_a_git_password_broken_and_restored_is_ready_again_without_a_run(
         private = Program(server, tmp_path / "checkouts")
         right = {"userName": account.username, "password": sentinels.git_password}
         stacks.secret("git-credentials", right)
-        auth = {
-            "basicAuth": {
-                key: {"type": "Secret", "secret": {"name": "git-credentials", "key": key}}
-                for key in ("userName", "password")
-            }
-        }
+        auth = basic_auth("git-credentials")
         stacks.create(stacks.manifest("private", private, gitAuth=auth))
         stacks.wait_ready("private")
         earned = ran(stacks, "private")
