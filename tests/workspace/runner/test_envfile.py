@@ -8,22 +8,21 @@ import pytest
 
 from workspace.runner.envfile import MAX_BYTES, EnvFileError, parse, read
 
+WRITTEN = (
+    "# written by the init container",
+    "PULUMI_CONFIG_PASSPHRASE=test",
+    "",
+    "export TOKEN='a b # not a comment'",
+    'GREETING="say \\"hi\\"\\nthen go"',
+    "PLAIN=value # a comment",
+    "EMPTY=",
+    "TOKEN=second",
+)
+
 
 def test_lines_a_shell_writes_are_read() -> None:
     """``NAME=value``, ``export``, quotes, comments and blank lines; a later line wins."""
-    text = "\n".join(
-        [
-            "# written by the init container",
-            "PULUMI_CONFIG_PASSPHRASE=test",
-            "",
-            "export TOKEN='a b # not a comment'",
-            'GREETING="say \\"hi\\"\\nthen go"',
-            "PLAIN=value # a comment",
-            "EMPTY=",
-            "TOKEN=second",
-        ]
-    )
-    assert parse(text) == {
+    assert parse("\n".join(WRITTEN)) == {
         "PULUMI_CONFIG_PASSPHRASE": "test",
         "TOKEN": "second",
         "GREETING": 'say "hi"\nthen go',
