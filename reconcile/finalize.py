@@ -25,8 +25,7 @@ import yaml
 
 from controller.clock import parse_time
 from controller.reconciler import Result, TransientError
-from reconcile import report
-from reconcile import verdict as verdicts
+from reconcile import deletion_verdicts, report
 from reconcile.accounts import refused_account
 from reconcile.collaborators import Collaborators
 from reconcile.context import Pass, Plan, Settings
@@ -41,6 +40,7 @@ from reconcile.run import observe_update
 from reconcile.sources import ProgramInvalidError, Revision, SourceNotReadyError
 from reconcile.spec import SpecError, StackSpec, parse_spec
 from reconcile.spec.program import program_revision
+from reconcile.verdict import concluded
 from workspace.runner import Detached
 from workspace.source import GitCredentials, ProgramDirError, SourceError
 
@@ -134,7 +134,7 @@ class Finalizer:
         now = self._parts.clock.wall()
         if (wait := destroy_wait(at.status, spec, self._settings.policy, now)) > 0:
             return Result(requeue_after=wait)
-        self._effects.execute(at, verdicts.destroying(FINALIZER))
+        self._effects.execute(at, deletion_verdicts.destroying(FINALIZER))
         try:
             plan = self._plan(at, spec)
             request = self._preparer.request(at, plan)
@@ -152,30 +152,32 @@ class Finalizer:
             msg = "the operator is stopping; the destroy goes on in its run pod"
             raise TransientError(msg)
         retry = self._retry(at, spec)
-        verdict = verdicts.of_destroy(operated.outcome, operated.deadline, FINALIZER, retry)
+        verdict = deletion_verdicts.of_destroy(
+            operated.outcome, operated.deadline, FINALIZER, retry
+        )
         observe_update(self._parts, operated, verdict, self._settings.cache_scope(at.key))
         if verdict.conditions is None:  # destroyed
             self._effects.execute(at, verdict)
             return None
-        outcome = verdicts.concluded(operated.outcome, operated.deadline)
+        outcome = concluded(operated.outcome, operated.deadline)
         fields = report.concluded(plan.observed, outcome, retry.failures, retry.now, None)
         return self._effects.execute(at, verdict, also=fields, now=retry.now)
 
     def _not_prepared(self, at: Pass, spec: StackSpec, why: str) -> Result:
         """A destroy that could not even start: blocked, recorded as a failed attempt."""
         retry = self._retry(at, spec)
-        blocked = verdicts.deletion_blocked(why, FINALIZER, retry)
+        blocked = deletion_verdicts.deletion_blocked(why, FINALIZER, retry)
         last = at.status.get("lastUpdate") or {}
         commit = str(last.get("lastAttemptedCommit") or "")
         observed = Observed(at.generation, at.status, Requests(), commit, retry.now)
         fields = report.not_started(observed, "destroy", why, retry.failures, retry.now, None)
         return self._effects.execute(at, blocked, also=fields, now=retry.now)
 
-    def _retry(self, at: Pass, spec: StackSpec) -> verdicts.DestroyRetry:
+    def _retry(self, at: Pass, spec: StackSpec) -> deletion_verdicts.DestroyRetry:
         """The next attempt of a destroy that failed now, after the failures' backoff."""
         failures = destroy_failures(at.status) + 1
         wait = backoff(failures, spec, self._settings.policy)
-        return verdicts.DestroyRetry(failures, wait, self._parts.clock.wall())
+        return deletion_verdicts.DestroyRetry(failures, wait, self._parts.clock.wall())
 
     def _plan(self, at: Pass, spec: StackSpec) -> Plan:
         """What the destroy runs: the Stack's source at its current commit, its Secrets."""

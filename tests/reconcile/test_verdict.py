@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from controller.clock import FAKE_EPOCH, FakeClock
-from reconcile import source_verdicts
+from reconcile import deletion_verdicts, source_verdicts
 from reconcile import verdict as verdicts
 from reconcile.policy import NEEDS_A_CHANGE, Policy
 from reconcile.spec import StackSpec, parse_spec
@@ -27,7 +27,7 @@ from tests.reconcile.fakes import outcome
 from workspace.runner import ErrorKind
 from workspace.source import SourceFailure
 
-DESTROY_RETRY = verdicts.DestroyRetry(failures=2, wait=20.0, now=FAKE_EPOCH)
+DESTROY_RETRY = deletion_verdicts.DestroyRetry(failures=2, wait=20.0, now=FAKE_EPOCH)
 
 CAP = 3
 POLICY = Policy(retry_base_delay=10, max_update_failures=CAP, wait_poll=30)
@@ -338,14 +338,14 @@ def test_success_requeues_for_the_next_poll_or_resync(
             id="started",
         ),
         pytest.param(
-            verdicts.destroying("f"),
+            deletion_verdicts.destroying("f"),
             {"Ready": ("Unknown", "Destroying"), "Reconciling": ("True", "Destroying")},
             None,
             None,
             id="destroying",
         ),
         pytest.param(
-            verdicts.deletion_blocked("destroy failed: x", "f", DESTROY_RETRY),
+            deletion_verdicts.deletion_blocked("destroy failed: x", "f", DESTROY_RETRY),
             {"Ready": ("False", "DeletionBlocked"), "Reconciling": ("True", "DeletionBlocked")},
             ("DeletionBlocked", WARNING, False),
             20.0,
@@ -376,7 +376,9 @@ def test_the_started_message_names_operation_commit_and_generation() -> None:
 
 def test_a_blocked_deletion_retries_with_backoff_and_says_how_to_give_up() -> None:
     """DeletionBlocked waits for the failures' backoff and names the way out."""
-    verdict = verdicts.deletion_blocked("destroy failed: x", "finalizer.example", DESTROY_RETRY)
+    verdict = deletion_verdicts.deletion_blocked(
+        "destroy failed: x", "finalizer.example", DESTROY_RETRY
+    )
     assert (verdict.retry_error, verdict.requeue_after, verdict.failures) == (None, 20.0, 2)
     assert verdict.event is not None
     assert "spec.destroyOnFinalize to false" in verdict.event.message
@@ -471,7 +473,9 @@ def test_exhausted_says_so_once() -> None:
 def test_destroy_verdicts() -> None:
     """A destroy that worked posts Destroyed; one that failed or timed out blocks deletion."""
     clock = FakeClock()
-    done = verdicts.of_destroy(outcome(clock, operation="destroy"), None, "f", DESTROY_RETRY)
+    done = deletion_verdicts.of_destroy(
+        outcome(clock, operation="destroy"), None, "f", DESTROY_RETRY
+    )
     assert done.conditions is None
     assert done.event is not None
     assert (done.event.reason, done.event.type_, done.update_result) == (
@@ -480,13 +484,13 @@ def test_destroy_verdicts() -> None:
         "succeeded",
     )
     failed = outcome(clock, ErrorKind.UPDATE_FAILED, operation="destroy", message="nope")
-    blocked = verdicts.of_destroy(failed, None, "f", DESTROY_RETRY)
+    blocked = deletion_verdicts.of_destroy(failed, None, "f", DESTROY_RETRY)
     assert kstatus(blocked)["Ready"] == ("False", "DeletionBlocked")
     assert blocked.event is not None
     assert blocked.event.message.startswith("destroy failed: nope. ")
     assert blocked.requeue_after == DESTROY_RETRY.wait
     interrupted = outcome(clock, ErrorKind.INTERRUPTED, operation="destroy")
-    late = verdicts.of_destroy(interrupted, 60.0, "f", DESTROY_RETRY)
+    late = deletion_verdicts.of_destroy(interrupted, 60.0, "f", DESTROY_RETRY)
     assert late.event is not None
     assert "deadline of 60s" in late.event.message
     assert late.update_result == "interrupted"
