@@ -12,13 +12,14 @@ a JSON object with exactly these keys, each present only when given (empty means
   container (which wins a clash, per resource); quantities are kept as given;
 - ``env``, ``envFrom``: ``spec.env`` (``spec.envFrom``), then the ``pulumi`` container's;
 - ``nodeSelector``, ``tolerations``, ``affinity``, ``priorityClassName``, ``volumes``: from
-  ``spec.podTemplate.spec``; ``volumeMounts``: the ``pulumi`` container's.
+  ``spec.podTemplate.spec``; ``volumeMounts``: the ``pulumi`` container's;
+- ``initContainers``: the Stack's own (``reconcile.spec.init_containers``).
 
 Refused on purpose: labels and annotations read as policy (``reconcile.spec.pod_metadata``:
 AppArmor, seccomp, service meshes, runtimes...); volumes and mounts that would weaken the run
 pod or take the runner's (``reconcile.spec.volumes``: ``hostPath``, ``/workspace``...); and
 whatever else would weaken the run pod or fight the runner: host namespaces, security
-contexts, init or extra containers, the ``pulumi`` container's command, args, image and
+contexts, extra containers, the ``pulumi`` container's command, args, image and
 securityContext, a ServiceAccount in the pod template (name it in one of the two fields
 above) and the runner's variables (``PSO_*``, ``HOME``, ``PULUMI_HOME``, ``TMPDIR``). An
 unknown key is refused at every level, and the message lists the supported ones (the keys
@@ -33,13 +34,11 @@ local runner ignores both fields; the apiserver checks what only it knows (quota
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from controller.names import is_dns_label
+from reconcile.spec.container_settings import container_settings, read_image
 from reconcile.spec.fields import (
     SPEC,
     FieldPath,
@@ -47,8 +46,8 @@ from reconcile.spec.fields import (
     kind_of,
     read_map,
     read_string,
-    required_string,
 )
+from reconcile.spec.init_containers import read_init_containers
 from reconcile.spec.model import (
     DEFAULT_SERVICE_ACCOUNT,
     PULL_POLICIES,
@@ -59,18 +58,13 @@ from reconcile.spec.model import (
     canonical_json,
 )
 from reconcile.spec.names import (
-    ENV_NAME_RULE,
-    is_data_key,
-    is_env_name,
     labels,
-    qualified_name,
     subdomain,
 )
 from reconcile.spec.pod_metadata import read_pod_metadata
 from reconcile.spec.template_fields import (
     closed_object,
     given,
-    given_bool,
     optional_closed_object,
     plain_object,
     read_choice,
@@ -81,10 +75,6 @@ from workspace.runner.envfile import SHARE_VOLUME
 
 _TEMPLATE: Final = SPEC / "workspaceTemplate"
 
-_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([numkMGTPE]|[KMGTPE]i|[eE][-+]?[0-9]+)?")
-
-_RESERVED_ENV: Final = frozenset({"HOME", "PULUMI_HOME", "TMPDIR"})
-_RESERVED_ENV_PREFIX: Final = "PSO_"
 
 _POD_SECURITY: Final = "refused: the runner owns the run pod's security"
 _CONTAINER_OWNED: Final = (
@@ -109,7 +99,6 @@ WORKSPACE_FIELDS: Final = frozenset(
 _POD_ACCOUNT: Final = (
     "refused here: set spec.serviceAccountName (or spec.workspaceTemplate.spec.serviceAccountName)"
 )
-_RESOURCES_FIELDS: Final = frozenset({"requests", "limits"})
 POD_FIELDS: Final = frozenset(
     {
         "nodeSelector",
@@ -152,44 +141,8 @@ REFUSED_CONTAINER_FIELDS: Final = MappingProxyType(
     }
 )
 """Keys of the ``pulumi`` container refused with a reason of their own (others: unknown)."""
-INIT_CONTAINER_FIELDS: Final = frozenset(
-    {
-        "name",
-        "image",
-        "imagePullPolicy",
-        "command",
-        "args",
-        "workingDir",
-        "env",
-        "envFrom",
-        "volumeMounts",
-        "resources",
-    }
-)
-"""The keys of a Stack's own init container read here; any other is refused."""
-REFUSED_INIT_CONTAINER_FIELDS: Final = MappingProxyType(
-    {
-        "securityContext": (
-            "refused: the runner gives init containers the run container's security context"
-        ),
-        "restartPolicy": "refused: a run pod has no sidecars (an init container runs to its end)",
-    }
-)
-"""Keys of an init container refused with a reason of their own (others: unknown)."""
-_RUNNER_CONTAINERS: Final = frozenset({"pulumi", "checkout"})
 _TOLERATION_FIELDS: Final = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
 _AFFINITY_FIELDS: Final = frozenset({"nodeAffinity", "podAffinity", "podAntiAffinity"})
-_ENV_FIELDS: Final = frozenset({"name", "value", "valueFrom"})
-_KEY_REF_FIELDS: Final = frozenset({"name", "key", "optional"})
-_VALUE_SOURCES: Final = MappingProxyType(
-    {
-        "secretKeyRef": "Secret",
-        "configMapKeyRef": "ConfigMap",
-        "fieldRef": "",
-        "resourceFieldRef": "",
-    }
-)
-_ENV_FROM_SOURCES: Final = MappingProxyType({"secretRef": "Secret", "configMapRef": "ConfigMap"})
 _ENUMS: Final = MappingProxyType(
     {
         "operator": ("Exists", "Equal"),
@@ -253,13 +206,13 @@ def read_workspace(root: Mapping[str, Any]) -> Workspace:
     spec = optional_closed_object(template, _TEMPLATE, "spec", WORKSPACE_FIELDS)
     env_refs = frozenset(str(name) for name in read_map(root, SPEC, "envRefs"))
     overrides = _merge(
-        _merge(read_pod_metadata(template, _TEMPLATE), _container_settings(spec, path, env_refs)),
+        _merge(read_pod_metadata(template, _TEMPLATE), container_settings(spec, path, env_refs)),
         _pod_template(spec, path, env_refs),
     )
     return Workspace(
         security_profile=read_choice(spec, path, "securityProfile", SECURITY_PROFILES)
         or SECURITY_PROFILES[0],
-        image=_image(spec, path),
+        image=read_image(spec, path),
         image_pull_policy=read_choice(spec, path, "imagePullPolicy", PULL_POLICIES),
         pod_json=canonical_json(overrides),
     )
@@ -277,156 +230,6 @@ def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-def _image(spec: Mapping[str, Any], path: FieldPath) -> str | None:
-    """``spec.image`` (no whitespace); None when unset."""
-    image = read_string(spec, path, "image")
-    if image is not None and any(c.isspace() for c in image):
-        raise SpecError(path / "image", "must be an image reference without whitespace")
-    return image
-
-
-# -- the pulumi container's settings: resources, env, envFrom --------------------------------
-
-
-def _container_settings(
-    obj: Mapping[str, Any], path: FieldPath, env_refs: frozenset[str]
-) -> dict[str, Any]:
-    """``obj``'s resources, env and envFrom (workspace spec or pulumi container), as overrides.
-
-    ``env_refs`` are the names ``spec.envRefs`` sets, which ``env`` must not set again.
-    """
-    return given(
-        resources=_resources(obj, path),
-        env=[_env_var(item, at, env_refs) for at, item in read_items(obj, path, "env")],
-        envFrom=[
-            _env_from(item, item_path) for item_path, item in read_items(obj, path, "envFrom")
-        ],
-    )
-
-
-def _resources(obj: Mapping[str, Any], path: FieldPath) -> dict[str, Any]:
-    """``obj.resources`` as ``{requests, limits}``, each present only when set."""
-    resources = optional_closed_object(obj, path, "resources", _RESOURCES_FIELDS)
-    res_path = path / "resources"
-    return given(**{kind: _quantities(resources, res_path, kind) for kind in _RESOURCES_FIELDS})
-
-
-def _quantities(obj: Mapping[str, Any], path: FieldPath, key: str) -> dict[str, str | int | float]:
-    """``obj[key]`` as a map of resource names (``cpu``, ``nvidia.com/gpu``) to quantities."""
-    at = path / key
-    return {
-        qualified_name(str(name), at.entry(name)): _quantity(value, at.entry(name))
-        for name, value in read_map(obj, path, key).items()
-    }
-
-
-def _quantity(value: object, path: FieldPath) -> str | int | float:
-    """``value`` if it is a non-negative Kubernetes quantity ("500m", "1Gi", 2), as given."""
-    if isinstance(value, str) and _QUANTITY.fullmatch(value):
-        return value
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    ):
-        return value
-    problem = f'{value!r} is not a quantity: use e.g. "500m", "1Gi" or a non-negative number'
-    raise SpecError(path, problem)
-
-
-def _env_name(name: str, path: FieldPath) -> str:
-    """``name`` if it is a variable name (or prefix) the runner leaves to the Stack."""
-    if not is_env_name(name):
-        raise SpecError(path, ENV_NAME_RULE)
-    if name.startswith(_RESERVED_ENV_PREFIX) or name in _RESERVED_ENV:
-        problem = "reserved for the runner (PSO_*, HOME, PULUMI_HOME, TMPDIR): use another name"
-        raise SpecError(path, problem)
-    return name
-
-
-def _env_var(raw: object, path: FieldPath, env_refs: frozenset[str]) -> dict[str, Any]:
-    """An EnvVar: a name not in ``env_refs`` with exactly one of value ("" allowed), valueFrom."""
-    var = closed_object(raw, path, _ENV_FIELDS)
-    name = _env_name(required_string(var, path, "name"), path / "name")
-    if name in env_refs:
-        problem = f"{name} is set by spec.envRefs too: set it in one place"
-        raise SpecError(path / "name", problem)
-    value, source = var.get("value"), var.get("valueFrom")
-    if value is None and source is None:
-        raise SpecError(path, "set value (a string) or valueFrom")
-    if value is not None and source is not None:
-        raise SpecError(path / "valueFrom", "value and valueFrom are exclusive: set only one")
-    if source is not None:
-        return {"name": name, "valueFrom": _value_from(source, path / "valueFrom")}
-    if not isinstance(value, str):
-        raise SpecError(path / "value", f"must be a string, not {kind_of(value)}")
-    return {"name": name, "value": value}
-
-
-def _one_of(obj: Mapping[str, Any], path: FieldPath, choices: Mapping[str, str]) -> str:
-    """The one key of ``choices`` set in ``obj`` (an object read at ``path``)."""
-    chosen = [key for key in choices if obj.get(key) is not None]
-    if len(chosen) != 1:
-        names = ", ".join(choices)
-        where = path if not chosen else path / chosen[1]
-        raise SpecError(where, f"set exactly one of {names}")
-    return chosen[0]
-
-
-def _value_from(raw: object, path: FieldPath) -> dict[str, Any]:
-    """An EnvVarSource: exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef."""
-    source = closed_object(raw, path, frozenset(_VALUE_SOURCES))
-    kind = _one_of(source, path, _VALUE_SOURCES)
-    kind_path = path / kind
-    if kind == "fieldRef":
-        ref = closed_object(source[kind], kind_path, frozenset({"fieldPath", "apiVersion"}))
-        value = given(
-            fieldPath=required_string(ref, kind_path, "fieldPath"),
-            apiVersion=read_string(ref, kind_path, "apiVersion"),
-        )
-    elif kind == "resourceFieldRef":
-        value = _resource_field_ref(source[kind], kind_path)
-    else:
-        value = _key_ref(source[kind], kind_path, _VALUE_SOURCES[kind])
-    return {kind: value}
-
-
-def _key_ref(raw: object, path: FieldPath, kind: str) -> dict[str, Any]:
-    """A ``secretKeyRef`` or ``configMapKeyRef``: a key of a ``kind`` in the namespace."""
-    ref = closed_object(raw, path, _KEY_REF_FIELDS)
-    name = subdomain(required_string(ref, path, "name"), path / "name", kind)
-    key = required_string(ref, path, "key")
-    if not is_data_key(key):
-        raise SpecError(path / "key", f"{key!r} is not a {kind} key (letters, digits, -, _, .)")
-    return {"name": name, "key": key, **given_bool(ref, path, "optional")}
-
-
-def _resource_field_ref(raw: object, path: FieldPath) -> dict[str, Any]:
-    """A ResourceFieldSelector: resource, optional containerName and divisor (a quantity)."""
-    ref = closed_object(raw, path, frozenset({"resource", "containerName", "divisor"}))
-    divisor = ref.get("divisor")
-    return given(
-        resource=required_string(ref, path, "resource"),
-        containerName=read_string(ref, path, "containerName"),
-        divisor=None if divisor is None else _quantity(divisor, path / "divisor"),
-    )
-
-
-def _env_from(raw: object, path: FieldPath) -> dict[str, Any]:
-    """An EnvFromSource: exactly one of secretRef, configMapRef; an optional prefix."""
-    source = closed_object(raw, path, frozenset({"prefix", *_ENV_FROM_SOURCES}))
-    kind = _one_of(source, path, _ENV_FROM_SOURCES)
-    ref = closed_object(source[kind], path / kind, frozenset({"name", "optional"}))
-    name = required_string(ref, path / kind, "name")
-    subdomain(name, path / kind / "name", _ENV_FROM_SOURCES[kind])
-    prefix = read_string(source, path, "prefix")
-    if prefix is not None:
-        _env_name(prefix, path / "prefix")
-    body = {"name": name, **given_bool(ref, path / kind, "optional")}
-    return given(prefix=prefix) | {kind: body}
 
 
 # -- the pod template ------------------------------------------------------------------------
@@ -452,7 +255,7 @@ def _pod_template(
     )
     names = frozenset(volume["name"] for volume in volumes)
     container = _containers(pod, pod_path, names, env_refs)
-    inits = given(initContainers=_init_containers(pod, pod_path, names | {SHARE_VOLUME}))
+    inits = given(initContainers=read_init_containers(pod, pod_path, names | {SHARE_VOLUME}))
     return {**read_pod_metadata(template, template_path), **scheduling, **container, **inits}
 
 
@@ -505,58 +308,4 @@ def _container(
         raise SpecError(path / "name", f"{problem}: name it pulumi or remove it")
     container = closed_object(raw, path, CONTAINER_FIELDS, REFUSED_CONTAINER_FIELDS)
     mounts = read_mounts(container, path, volumes)
-    return _container_settings(container, path, env_refs) | given(volumeMounts=mounts)
-
-
-# -- the Stack's own init containers ---------------------------------------------------------
-
-
-def _init_containers(
-    pod: Mapping[str, Any], path: FieldPath, volumes: frozenset[str]
-) -> list[dict[str, Any]]:
-    """``pod.initContainers``: each named once, none with a name of the runner's."""
-    made = [
-        _init_container(item, at, volumes) for at, item in read_items(pod, path, "initContainers")
-    ]
-    names = [container["name"] for container in made]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            where = (path / "initContainers").entry(index) / "name"
-            raise SpecError(where, f"{name!r} is the name of another init container: rename it")
-    return made
-
-
-def _init_container(raw: object, path: FieldPath, volumes: frozenset[str]) -> dict[str, Any]:
-    """One init container: the Stack's image and command, mounts of ``volumes`` (and share).
-
-    It runs before the run with the run container's security context, the runner's
-    (``workspace.runner.podspec``); it may append ``NAME=value`` lines to ``$PULUMI_ENV``.
-    """
-    container = closed_object(raw, path, INIT_CONTAINER_FIELDS, REFUSED_INIT_CONTAINER_FIELDS)
-    name = required_string(container, path, "name")
-    if not is_dns_label(name) or name in _RUNNER_CONTAINERS:
-        problem = f"{name!r}: name it with a DNS label other than the runner's pulumi and checkout"
-        raise SpecError(path / "name", problem)
-    image = _image(container, path)
-    if image is None:
-        raise SpecError(path / "image", "required: the image the init container runs")
-    command = given(
-        command=_strings(container, path, "command"),
-        args=_strings(container, path, "args"),
-        workingDir=read_string(container, path, "workingDir"),
-        imagePullPolicy=read_choice(container, path, "imagePullPolicy", PULL_POLICIES),
-        volumeMounts=read_mounts(container, path, volumes),
-    )
-    settings = _container_settings(container, path, frozenset())
-    return {"name": name, "image": image, **command, **settings}
-
-
-def _strings(obj: Mapping[str, Any], path: FieldPath, key: str) -> list[str]:
-    """``obj[key]`` as a list of strings (a command, its args); empty when unset."""
-    return [_string(item, at) for at, item in read_items(obj, path, key)]
-
-
-def _string(value: object, path: FieldPath) -> str:
-    if not isinstance(value, str):
-        raise SpecError(path, f"must be a string, not {kind_of(value)}")
-    return value
+    return container_settings(container, path, env_refs) | given(volumeMounts=mounts)
