@@ -50,7 +50,14 @@ from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
 from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
 from status.writer import StatusWriter
-from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunCaching, Runner
+from workspace.runner import (
+    DEFAULT_INTERRUPT_GRACE,
+    LocalRunner,
+    PodRunner,
+    RunCaching,
+    Runner,
+    RunnerTraits,
+)
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
 
@@ -167,8 +174,10 @@ class SelectedEvents:
         self._poster.post(obj, type_, reason, message)
 
 
-def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> Settings:
-    """The reconciler's settings from the flags and the manager's leader election."""
+def settings(
+    cfg: OperatorConfig, context: ManagerContext, work_root: Path, traits: RunnerTraits
+) -> Settings:
+    """The reconciler's settings from the flags, the leader election and the runner's traits."""
     manager = cfg.manager
     return Settings(
         work_root=work_root,
@@ -183,12 +192,12 @@ def settings(cfg: OperatorConfig, context: ManagerContext, work_root: Path) -> S
         # A deposed leader stops renewing at renew_deadline and kills its CLI at most
         # DEFAULT_INTERRUPT_GRACE later; we hold the Lease lease_duration after its last
         # renewal at the earliest.
-        # A run pod is not killed with its operator: nothing to wait for.
+        # A run that outlives its operator is not killed with it: nothing to wait for.
         takeover_delay=0.0
-        if cfg.runner == "pod"
+        if traits.outlives_operator
         else max(0.0, manager.renew_deadline + DEFAULT_INTERRUPT_GRACE - manager.lease_duration),
         leading_since=context.leading_since,
-        remote_runs=cfg.runner == "pod",
+        runner_traits=traits,
         policy=Policy(
             retry_base_delay=cfg.update_retry_base, max_update_failures=cfg.max_update_failures
         ),
@@ -248,8 +257,9 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
     context.liveness_checks.extend(
         (acknowledger.alive, writer.alive, recorder.alive, sources.alive)
     )
+    runner = RUNNERS[cfg.runner](context, cfg, plugin_store)
     parts = Collaborators(
-        runner=RUNNERS[cfg.runner](context, cfg, plugin_store),
+        runner=runner,
         writer=writer,
         view=context.view,
         events=SelectedEvents(recorder, context.view) if sharded else recorder,
@@ -262,7 +272,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         accounts=ServiceAccountReader(context.api_client) if cfg.runner == "pod" else None,
         objects=sources,
     )
-    return StackReconciler(parts, settings(cfg, context, work_root))
+    return StackReconciler(parts, settings(cfg, context, work_root, runner.traits))
 
 
 def stack_reconciler_factory(cfg: OperatorConfig) -> Callable[[ManagerContext], StackReconciler]:

@@ -54,7 +54,7 @@ def refused_account(
     local) or when the operator's rules allow the name as it is.
     """
     name, tenancy = spec.service_account_name, settings.tenancy
-    if accounts is None or not settings.remote_runs or not tenancy.checks_accounts(name):
+    if accounts is None or not settings.runner_traits.in_pods or not tenancy.checks_accounts(name):
         return None
     labels = accounts.labels(namespace, name)
     return account_refusal(name, labels, namespace, tenancy, spec.service_account_field)

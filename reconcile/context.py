@@ -19,6 +19,7 @@ from reconcile.policy import Policy
 from reconcile.sources import Revision
 from reconcile.spec import StackSpec
 from reconcile.tenancy import Tenancy
+from workspace.runner import RunnerTraits
 from workspace.source import GitCredentials
 
 Mutation = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -43,9 +44,8 @@ class Settings:
     sole_runner: bool = False
     takeover_delay: float = 0.0
     leading_since: Callable[[], float | None] = lambda: None
-    # True when runs happen elsewhere (the pod runner): the request then carries a
-    # ``RunJob`` (references) instead of a checkout and secret values.
-    remote_runs: bool = False
+    # What the runner needs of the reconciler (the runner declares it; see RunnerTraits).
+    runner_traits: RunnerTraits = dataclasses.field(default_factory=RunnerTraits)
     # What Stacks may ask of their run pods beyond their namespace's rights (pod runner).
     tenancy: Tenancy = dataclasses.field(default_factory=Tenancy)
 
@@ -79,7 +79,7 @@ class Settings:
 
         ``""`` names the local runner's one cache (the metrics' ``namespace`` label).
         """
-        return key.namespace if self.remote_runs else ""
+        return key.namespace if self.runner_traits.in_pods else ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,7 +103,7 @@ class Preparer:
     def request(self, at: Pass, plan: Plan) -> UpdateRequest:
         """Check the source out and build the runner's request.
 
-        With ``settings.remote_runs`` nothing is checked out: the request carries a
+        When the runner ``takes_job`` nothing is checked out: the request carries a
         ``RunJob`` (see ``job``) and no secret value.
 
         Raises:
@@ -111,7 +111,7 @@ class Preparer:
             ProgramDirError: ``spec.repoDir`` is missing or leaves the checkout.
         """
         key = at.key
-        if self._settings.remote_runs:
+        if self._settings.runner_traits.takes_job:
             return self._remote_request(at, plan)
         spec = plan.spec
         stack_dir = self._settings.stack_dir(key)

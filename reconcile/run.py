@@ -6,8 +6,9 @@
    until a deposed leader has surely stopped it (``takeover_delay`` after we took the Lease),
    then that run is concluded as ``Interrupted`` (an Event, ``lastUpdate``, ``history``)
    before it runs again: the status never passes a dead run off as the new one;
-   — unless the runner's runs outlive the operator (``remote_runs``: a run pod) and that
-   run still goes on or has ended: then it is attached to and its outcome concluded;
+   — unless the runner's runs outlive the operator (its ``outlives_operator``: a run pod)
+   and that run still goes on or has ended: then it is attached to and its outcome
+   concluded;
 2. ``Progressing`` and ``currentUpdate`` in one write, and an ``UpdateStarted`` Event;
 3. the checkout and the request: a source that fails, or a ``spec.repoDir`` that is not
    there, concludes the announced run at once (never a "Running pulumi up" left behind);
@@ -105,7 +106,7 @@ class Runs:
 
         None when the runner has no such run: the caller concludes it as interrupted.
         """
-        if not self._settings.remote_runs:
+        if not self._settings.runner_traits.outlives_operator:
             return None
         try:
             request = self._preparer.request(at, plan)
@@ -209,15 +210,15 @@ class Runs:
         another instance and never concluded is dead (a pod replaced after a crash, an OOM
         kill or a node loss; or a deposed leader that has stopped it).
 
-        With remote runs, also without leader election: the run is its pod's, not the
-        instance's that created it, so an operator restarted with a new identity asks
+        With runs that outlive the operator, also without leader election: the run is its
+        pod's, not the instance's that created it, so an operator restarted with a new identity asks
         the runner for that run (``_attach``) instead of starting another beside it.
         """
         runner = (plan.observed.status.get("currentUpdate") or {}).get("operator")
         settings = self._settings
         if not runner or runner == settings.identity:
             return False
-        return settings.sole_runner or settings.remote_runs
+        return settings.sole_runner or settings.runner_traits.outlives_operator
 
     def _takeover_wait(self) -> float:
         """Seconds until a deposed leader's updates have surely stopped (0 if they have)."""

@@ -111,7 +111,7 @@ class StackReconciler:
         backend = self._settings.backend(key, spec)
         problem = check_stack_for_backend(spec.stack, backend)
         problem = problem or check_environments_for_backend(spec.environments, backend)
-        if problem is None and self._settings.remote_runs:
+        if problem is None and self._settings.runner_traits.in_pods:
             problem = tenancy.refusal(spec, self._settings.tenancy)
         elif problem is None:
             problem = tenancy.local_refusal(spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from reconcile.acknowledge import Acknowledger
 from reconcile.interrupts import RunInterrupts
 from status.metrics import MetricsHandler
 from status.writer import StatusWriter
-from workspace.runner import DEFAULT_INTERRUPT_GRACE, PodRunner
+from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner
 
 
 def new_context(cfg: OperatorConfig, leading_since: float | None = None) -> ManagerContext:
@@ -55,7 +56,7 @@ def built(
     def runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Any:
         del context, cfg
         stores.append(plugin_store)
-        return None
+        return SimpleNamespace(traits=LocalRunner.traits)
 
     monkeypatch.setattr(wiring, "StatusWriter", writer)
     monkeypatch.setattr(wiring, "RUNNERS", {"local": runner})
@@ -115,7 +116,9 @@ def test_a_shards_run_interrupter_hears_only_announced_deletions(
     """
     cfg = parse_config([f"--work-dir={tmp_path / 'work'}", "--stack-selector=shard=a"], {})
     context = new_context(cfg)
-    monkeypatch.setattr(wiring, "RUNNERS", {"local": lambda *_args: None})
+    monkeypatch.setattr(
+        wiring, "RUNNERS", {"local": lambda *_args: SimpleNamespace(traits=LocalRunner.traits)}
+    )
     monkeypatch.setenv("PULUMI_PYTHON_CMD", "python3")
     monkeypatch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
     wiring.stack_reconciler_factory(cfg)(context)
@@ -196,15 +199,16 @@ def test_a_shard_never_takes_another_instances_update_for_dead() -> None:
 
     A Stack that moved in may still have the other shard's update running: it is resumed
     (and its lock waited for), never concluded as orphaned and cancelled. A run pod is
-    still attached to (``remote_runs``).
+    still attached to (the pod runner's runs outlive the operator).
     """
     lease = ["--leader-elect", "--lease-duration=30", "--renew-deadline=20"]
     cfg = parse_config([*lease, "--stack-selector=shard=a"], {})
-    assert not wiring.settings(cfg, new_context(cfg), Path("/w")).sole_runner
+    assert not wiring.settings(cfg, new_context(cfg), Path("/w"), LocalRunner.traits).sole_runner
     cfg = parse_config([*lease, "--stack-selector=shard=a", "--runner=pod"], {})
-    assert wiring.settings(cfg, new_context(cfg), Path("/w")).remote_runs
+    found = wiring.settings(cfg, new_context(cfg), Path("/w"), PodRunner.traits)
+    assert found.runner_traits.outlives_operator
     cfg = parse_config(lease, {})
-    assert wiring.settings(cfg, new_context(cfg), Path("/w")).sole_runner
+    assert wiring.settings(cfg, new_context(cfg), Path("/w"), LocalRunner.traits).sole_runner
 
 
 def test_the_work_root_is_prepared_and_an_old_token_removed(tmp_path: Path) -> None:
@@ -241,7 +245,9 @@ def test_settings_come_from_the_flags() -> None:
         "--retry-period=2",
     ]
     cfg = parse_config(argv, {})
-    settings = wiring.settings(cfg, new_context(cfg, leading_since=12.5), Path("/w"))
+    settings = wiring.settings(
+        cfg, new_context(cfg, leading_since=12.5), Path("/w"), LocalRunner.traits
+    )
     assert (settings.work_root, settings.default_backend) == (Path("/w"), "file:///state")
     assert settings.run_timeout == 60.0
     assert (settings.policy.retry_base_delay, settings.policy.max_update_failures) == (3.0, 2)
@@ -254,7 +260,7 @@ def test_settings_come_from_the_flags() -> None:
 def test_without_leader_election_no_takeover_wait_is_needed() -> None:
     """Not the sole runner; the delay formula never goes below 0."""
     cfg = parse_config([], {})
-    settings = wiring.settings(cfg, new_context(cfg), Path("/w"))
+    settings = wiring.settings(cfg, new_context(cfg), Path("/w"), LocalRunner.traits)
     assert not settings.sole_runner
     assert settings.takeover_delay >= 0.0
 
@@ -277,6 +283,6 @@ def test_the_pod_runner_needs_no_takeover_wait() -> None:
     """A run pod outlives its operator: a new leader attaches at once."""
     argv = ["--runner=pod", "--leader-elect", "--lease-duration=30", "--renew-deadline=20"]
     cfg = parse_config(argv, {})
-    settings = wiring.settings(cfg, new_context(cfg), Path("/w"))
+    settings = wiring.settings(cfg, new_context(cfg), Path("/w"), PodRunner.traits)
     assert settings.takeover_delay == 0.0
-    assert settings.remote_runs
+    assert settings.runner_traits == PodRunner.traits

@@ -18,7 +18,7 @@ import datetime
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from controller.cache import ObjectKey
 from controller.clock import FakeClock
@@ -36,6 +36,7 @@ from workspace.runner import (
     Outcome,
     Progress,
     ProjectInfo,
+    RunnerTraits,
     RunResult,
     UpdateRequest,
 )
@@ -379,8 +380,11 @@ class FakeRunner:
     A script item is an ``Outcome``, a ``Detached`` or a function ``(request, on_progress,
     stop) -> Outcome | Detached``. ``calls`` records ``(operation, request)``; ``stale_lock`` and
     ``cancellable`` answer ``clear_stale_lock`` and ``cancel``, ``attached`` ``attach``;
-    ``prepare`` has nothing to do.
+    ``prepare`` has nothing to do. Its ``traits`` are the local runner's (the harness's
+    settings say which traits the reconciler goes by).
     """
+
+    traits: ClassVar[RunnerTraits] = RunnerTraits()
 
     def __init__(self) -> None:
         """Nothing scripted."""

@@ -29,7 +29,7 @@ from reconcile.tenancy import RUNNER_LABEL
 from status.conditions import Reason
 from tests.reconcile.stack_harness import SECRET_REF, Harness
 from tests.reconcile.test_stack_sources import FLUX, PASSWORD, PROGRAM, git_repository, program
-from workspace.runner import ErrorKind
+from workspace.runner import ErrorKind, PodRunner
 from workspace.source import SourceError, SourceFailure
 
 OTHER = "9c3f2aa" + "1" * 33
@@ -255,7 +255,7 @@ CAUSES = [
           _base_ready, _base_new, {"prerequisites": [{"name": "base"}]}, _base_setup),
     Cause("service account not allowed", Reason.INVALID_SPEC, STALLS,
           _account_refused_with_a_push, _account_allowed_at_the_old_commit, _account_allowed,
-          {"serviceAccountName": "deployer"}, settings={"remote_runs": True}),
+          {"serviceAccountName": "deployer"}, settings={"runner_traits": PodRunner.traits}),
     # The same three, found when a reconcile request asks for a run: the verdict handles
     # the request (status contract rule 17), and still lasts until its cause is mended.
     Cause("envRefs secret deleted, run asked for", Reason.SECRET_NOT_FOUND, STALLS,
@@ -266,7 +266,7 @@ CAUSES = [
           {"configRef": {"region": {"name": "settings", "key": "region"}}}, _config_map_setup),
     Cause("service account not allowed, run asked for", Reason.INVALID_SPEC, STALLS,
           _asked(_account_refused), _account_allowed, _account_new,
-          {"serviceAccountName": "deployer"}, settings={"remote_runs": True}),
+          {"serviceAccountName": "deployer"}, settings={"runner_traits": PodRunner.traits}),
 ]  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The reconciler with a runner whose runs happen elsewhere (``remote_runs``: the pod runner).
+"""The reconciler with a runner whose runs happen elsewhere (the pod runner's traits).
 
 What changes: the request carries a ``RunJob`` of references instead of a checkout and
 secret values; a run the runner left going at shutdown (``DETACHED``) concludes nothing;
@@ -29,7 +29,7 @@ from tests.reconcile.test_stack_sources import (
     git_repository,
     program,
 )
-from workspace.runner import Detached, ErrorKind
+from workspace.runner import Detached, ErrorKind, PodRunner
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
 LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
@@ -37,7 +37,7 @@ LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
 
 def remote(tmp_path: Path, **settings: object) -> Harness:
     """A harness whose reconciler runs remotely."""
-    return Harness(tmp_path, remote_runs=True, **settings)
+    return Harness(tmp_path, runner_traits=PodRunner.traits, **settings)
 
 
 def test_the_request_carries_references_and_no_secret_value(tmp_path: Path) -> None:
@@ -316,7 +316,9 @@ def test_listed_accounts_are_not_read(tmp_path: Path) -> None:
     h.create()
     h.runner.then(h.succeed())
     h.reconcile()
-    h.restart(remote_runs=True, tenancy=Tenancy(allowed_service_accounts=frozenset({"*"})))
+    h.restart(
+        runner_traits=PodRunner.traits, tenancy=Tenancy(allowed_service_accounts=frozenset({"*"}))
+    )
     h.edit(serviceAccountName="anyone")
     h.runner.then(h.succeed())
     h.reconcile()

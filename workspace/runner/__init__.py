@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from workspace.runner.base import Runner
+from workspace.runner.base import Runner, RunnerTraits
 from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
 from workspace.runner.job import (
     ENV_SOURCES,
@@ -89,6 +89,7 @@ __all__ = [
     "RunJob",
     "RunResult",
     "Runner",
+    "RunnerTraits",
     "SecretEnv",
     "SecretEnvNames",
     "StopSignal",

@@ -8,9 +8,29 @@ each operation elsewhere (in a pod) implements the same methods; ``prepare``, ``
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 from workspace.runner.types import LockInfo, Outcome, ProgressCallback, RunResult, UpdateRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerTraits:
+    """What a runner needs of the reconciler: the one place the runner choice shows.
+
+    ``takes_job``: the request carries a ``RunJob`` (references, never a secret value)
+    and the runner lays the source out itself; else the reconciler checks the source out
+    and hands over the work directory and the secret values. ``outlives_operator``: a
+    run goes on when the operator stops (``Detached``), so a restarted operator attaches
+    to it instead of concluding it as interrupted, and a deposed leader has no run of
+    its own to stop. ``in_pods``: runs are pods in the Stack's namespace, as its
+    ServiceAccount: the account is checked, the tenancy rules for run pods apply, and
+    each namespace has its own dependency cache.
+    """
+
+    takes_job: bool = False
+    outlives_operator: bool = False
+    in_pods: bool = False
 
 
 class Runner(Protocol):
@@ -21,7 +41,10 @@ class Runner(Protocol):
     A runner whose runs outlive the operator returns ``Detached`` instead when ``stop`` says
     the operator is stopping (``StopSignal.cause == "shutdown"``): the run goes on.
     No method raises for a Pulumi or backend failure; programming errors may raise.
+    ``traits`` says what the runner needs of the reconciler.
     """
+
+    traits: ClassVar[RunnerTraits]
 
     def run(
         self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event

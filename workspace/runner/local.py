@@ -38,13 +38,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import structlog
 
 from controller.clock import Clock, RealClock
 from workspace.runner import locks as backend_locks
 from workspace.runner.attempt import OperationRun
+from workspace.runner.base import RunnerTraits
 from workspace.runner.deps import DependencyStore, Installer
 from workspace.runner.failures import StepFailedError
 from workspace.runner.home import forget_credentials
@@ -86,6 +87,8 @@ class LocalRunner:
     ``pulumi_home``), kept under ``cache_limit`` bytes; ``plugin_mirror`` is the URL every
     plugin is downloaded from (None: each plugin's own source).
     """
+
+    traits: ClassVar[RunnerTraits] = RunnerTraits()  # checks out nothing, dies with us
 
     def __init__(  # noqa: PLR0913 - settings, all keyword-only
         self,

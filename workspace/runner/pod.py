@@ -61,6 +61,7 @@ import dataclasses
 import json
 import threading
 from datetime import datetime
+from typing import ClassVar
 
 import structlog
 from kubernetes import client
@@ -68,6 +69,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.clock import Clock, RealClock
 from workspace.runner import podspec, podstate
+from workspace.runner.base import RunnerTraits
 from workspace.runner.job import RunJob
 from workspace.runner.podapi import PodApi, PodChanges
 from workspace.runner.podrun import (
@@ -120,6 +122,10 @@ class _NoMetrics:
 
 class PodRunner:
     """Runs each operation in a pod (see the module docstring); safe to share."""
+
+    traits: ClassVar[RunnerTraits] = RunnerTraits(
+        takes_job=True, outlives_operator=True, in_pods=True
+    )
 
     def __init__(  # noqa: PLR0913 - settings, all keyword-only
         self,
@@ -358,7 +364,7 @@ class PodRunner:
 
 def _job(request: UpdateRequest) -> RunJob:
     if request.job is None:
-        msg = "PodRunner needs UpdateRequest.job (the reconciler's settings say remote_runs)"
+        msg = "PodRunner needs UpdateRequest.job (the runner's traits say takes_job)"
         raise ValueError(msg)
     return request.job
 
