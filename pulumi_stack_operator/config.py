@@ -24,9 +24,11 @@ from controller.names import is_dns_label, is_dns_subdomain
 from reconcile.tenancy import ANY, RUNNER_LABEL, Tenancy
 
 ENV_PREFIX = "PSO_"
-RUNNERS = ("local", "pod")
+RUNNERS = ("local", "pod", "agent")
 """``--runner`` choices. ``local``: the Pulumi CLI runs in the operator's own container;
-``pod``: each run is a pod in the Stack's namespace, as the Stack's ServiceAccount."""
+``pod``: each run is a pod in the Stack's namespace, as the Stack's ServiceAccount;
+``agent`` (for development and tests): each operation runs through the run pod's agent as
+a child process on the operator's machine, no pod isolation, the same trust as ``local``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +174,9 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         default="local",
         help="how Pulumi programs run: local runs the Pulumi CLI as a child process of the "
         "operator, in its container, with its Python interpreter; pod runs each operation "
-        "in a pod of its own in the Stack's namespace, as the Stack's spec.serviceAccountName "
+        "in a pod of its own in the Stack's namespace, as the Stack's spec.serviceAccountName; "
+        "agent (for development and tests) runs each operation through the run pod's agent as "
+        "a child process on the operator's machine, no pod isolation, the same trust as local "
         "(default: local)",
     )
     add(

@@ -3,8 +3,9 @@
 One place decides what talks to what: the status writer reads and records through the
 manager's read-your-writes view; metrics, the acknowledger and the Event recorder hang off
 the manager's registry, handlers, closers and liveness checks; the runner is the one
-``--runner`` names. Everything that writes to the API server (the status writer, the Event
-recorder, the finalizer patcher, the pod runner) writes as the manager's
+``--runner`` names (``agent``: the run pod's agent without a pod), and its traits shape the
+reconciler's settings. Everything that writes to the API server (the status writer, the
+Event recorder, the finalizer patcher, the pod runner) writes as the manager's
 ``Config.field_manager``, as the manager's leader election does.
 
 With ``--stack-selector`` (a shard) a Stack can leave this process while it works on it:
@@ -58,6 +59,8 @@ from workspace.runner import (
     Runner,
     RunnerTraits,
 )
+from workspace.runner.agentenv import Caching
+from workspace.runner.agenthost import AgentRunner
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
 
@@ -94,6 +97,23 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     )
 
 
+def agent_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
+    """The ``agent`` runner: the run pod's agent as child processes, no pod (development).
+
+    Each run's private workspace is under the work root's ``.agent-runs``, the agent's
+    dependency and plugin cache its ``.agent-cache`` (namespaces are DNS labels: no clash).
+    """
+    work_root = plugin_store.parent
+    caching = Caching(work_root / ".agent-cache", cfg.dependency_cache_size, cfg.plugin_mirror)
+    return AgentRunner(
+        CoreApi(context.api_client),
+        work_root / ".agent-runs",
+        pulumi_command(),
+        caching=caching,
+        clock=context.clock,
+    )
+
+
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:
     """The image of this operator's own container (``POD_NAME``/``POD_NAMESPACE``).
 
@@ -116,6 +136,7 @@ OWN_CONTAINER = "manager"
 RUNNERS: Mapping[str, Callable[[ManagerContext, OperatorConfig, Path], Runner]] = {
     "local": local_runner,
     "pod": pod_runner,
+    "agent": agent_runner,
 }
 """Each ``--runner`` choice's factory, given the manager's context, flags and plugin store."""
 

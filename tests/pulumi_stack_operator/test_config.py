@@ -119,10 +119,11 @@ def test_pulumi_flags_from_the_environment_and_the_command_line() -> None:
 
 def test_the_runner_is_local_by_default_and_named_by_flag_or_variable() -> None:
     """``--runner`` chooses among ``RUNNERS``; ``local`` is the default."""
-    assert RUNNERS == ("local", "pod")
+    assert RUNNERS == ("local", "pod", "agent")
     assert parse_config([], {}).runner == "local"
     assert parse_config([], {"PSO_RUNNER": "pod"}).runner == "pod"
     assert parse_config(["--runner=pod"], {}).runner == "pod"
+    assert parse_config(["--runner=agent"], {}).runner == "agent"
     assert parse_config([], {}).run_image is None
     assert parse_config(["--run-image=reg/x:1"], {}).run_image == "reg/x:1"
 
@@ -183,7 +184,7 @@ def test_help_is_the_operators() -> None:
     assert out.startswith("usage: pulumi-stack-operator")
     assert "Reconcile pulumi.com/v1 Stacks through the Pulumi Automation API." in out
     assert "environment variable PSO_<FLAG_NAME>" in out
-    assert "--runner {local,pod}" in out
+    assert "--runner {local,pod,agent}" in out
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,13 @@ from controller.manager import ManagerContext
 from controller.view import ReadYourWritesView
 from pulumi_stack_operator import config, wiring
 from pulumi_stack_operator.config import OperatorConfig, parse_config
+from pulumi_stack_operator.pulumi_cli import PulumiCli
 from reconcile.acknowledge import Acknowledger
 from reconcile.interrupts import RunInterrupts
 from status.metrics import MetricsHandler
 from status.writer import StatusWriter
-from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner
+from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunnerTraits
+from workspace.runner.agenthost import AgentRunner
 
 
 def new_context(cfg: OperatorConfig, leading_since: float | None = None) -> ManagerContext:
@@ -286,3 +288,23 @@ def test_the_pod_runner_needs_no_takeover_wait() -> None:
     settings = wiring.settings(cfg, new_context(cfg), Path("/w"), PodRunner.traits)
     assert settings.takeover_delay == 0.0
     assert settings.runner_traits == PodRunner.traits
+
+
+def test_the_agent_runner_takes_jobs_and_keeps_its_runs_under_the_work_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--runner=agent``: workspaces and cache under the work root; takes a job, no pods."""
+    monkeypatch.setattr(wiring, "pulumi_command", lambda: PulumiCli("/opt/pulumi/bin/pulumi"))
+    cfg = parse_config(["--runner=agent", "--plugin-mirror=http://mirror.example"], {})
+    runner = wiring.agent_runner(new_context(cfg), cfg, tmp_path / ".pulumi-home")
+    assert isinstance(runner, AgentRunner)
+    assert runner.root == tmp_path / ".agent-runs"
+    assert runner.caching.directory == tmp_path / ".agent-cache"
+    assert runner.caching.mirror == "http://mirror.example"
+    assert runner.cli_dir == "/opt/pulumi/bin"
+    assert runner.traits == RunnerTraits(takes_job=True)
+    settings = wiring.settings(cfg, new_context(cfg), tmp_path, runner.traits)
+    assert (
+        settings.takeover_delay
+        == wiring.settings(cfg, new_context(cfg), tmp_path, LocalRunner.traits).takeover_delay
+    )  # its runs die with the operator, as local ones do
