@@ -4,6 +4,10 @@ A scenario parametrized over ``RUNNERS`` runs once per runner:
 
 - ``local``: the session's control plane (no node), the loopback git server, and the
   operator's ``--runner=local``: programs run as its children, on this machine.
+- ``agent``: as ``local``, with ``--runner=agent``: each run is the run pod's agent (the
+  same job, checkout, run and report lines as in a pod) as children of the operator on
+  this machine. Programs see the state directory through a link outside ``/tmp``, which
+  every Stack mounts as the reconciler requires of a ``file://`` backend (``agent_bed``).
 - ``pod``: the single-node cluster, a git server on the host end of the node's network,
   and ``--runner=pod --run-image=<the operator's image>``: each run is a pod on the node,
   in the test's namespace, as its ``default`` ServiceAccount. The test's state directory
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,9 +41,22 @@ from testbed.node import NodeCluster, deployment
 from testbed.node.deployment import UID
 from testbed.node.tenancy import state_namespace
 
-RUNNERS = ("local", pytest.param("pod", marks=[pytest.mark.node, pytest.mark.image]))
+RUNNERS = (
+    "local",
+    "agent",
+    pytest.param("pod", marks=[pytest.mark.node, pytest.mark.image]),
+)
+
+
+def without_agent(why: str) -> tuple[Any, ...]:
+    """``RUNNERS`` with the ``agent`` variant skipped, saying ``why`` in words."""
+    skip = pytest.param("agent", marks=pytest.mark.skip(reason=f"agent runner: {why}"))
+    return tuple(skip if runner == "agent" else runner for runner in RUNNERS)
+
+
 POD_STATE = Path("/e2e-state")  # where run pods mount the test's state directory
 CLAIM = "e2e-state"
+AGENT_LINKS = Path("/var/tmp/pso-e2e-agent")  # noqa: S108 - links, not state (agent_bed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +79,11 @@ class Bed:
     workspace: dict[str, Any] | None = None
     owner: int | None = None
 
+    @property
+    def on_node(self) -> bool:
+        """Whether runs are pods on the node (else processes on this machine)."""
+        return self.runner == "pod"
+
 
 def local_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
     """The local runner's bed: the session control plane, its CRD, a fresh namespace."""
@@ -74,6 +98,32 @@ def local_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
         state=state,
         program_state=state,
     )
+
+
+@contextlib.contextmanager
+def agent_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
+    """The agent runner's bed: the local bed with ``--runner=agent``.
+
+    The reconciler refuses a ``file://`` backend outside every volume a run pod mounts
+    whenever the runner takes a job, the agent runner's included, which makes no pod; and
+    it refuses mounts under ``/tmp``, where the test's state is. So, until that rule is
+    the pod runner's only, programs see the state through a link outside ``/tmp``
+    (``program_state``), at which every Stack mounts a claim (ignored: no pod is made).
+    """
+    bed = local_bed(request, state)
+    link = AGENT_LINKS / f"{os.getpid()}-{secrets.token_hex(4)}"
+    AGENT_LINKS.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(state, target_is_directory=True)
+    try:
+        yield dataclasses.replace(
+            bed,
+            runner="agent",
+            program_state=link,
+            flags=("--runner=agent",),
+            workspace=deployment.state_workspace(CLAIM, str(link)),
+        )
+    finally:
+        link.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ from tests.e2e.agreement import (
     assert_warnings_match_conditions,
     forbidden,
 )
-from tests.e2e.beds import Bed, local_bed, pod_bed
+from tests.e2e.beds import Bed, agent_bed, local_bed, pod_bed
 from tests.e2e.waits import locks
 from tests.status.invariants import StackWatcher
 
@@ -380,6 +380,10 @@ def bed(runner: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
     """The scenario's surroundings for ``runner`` (``tests.e2e.beds``)."""
     if runner == "local":
         yield local_bed(request, tmp_path / "state")
+        return
+    if runner == "agent":
+        with agent_bed(request, tmp_path / "state") as found:
+            yield found
         return
     with pod_bed(request, tmp_path / "state") as found:
         yield found

@@ -82,7 +82,7 @@ def test_the_workspace_templates_service_account_runs_the_stack(
 
     stacks.wait_ready("as-runner", RUN)
     assert stacks.target("as-runner").read_text() == "one"
-    if bed.runner == "local":
+    if not bed.on_node:
         stacks.wait_ready("as-stranger", RUN)
         return
     pod = run_pod(stacks, "as-runner")
@@ -120,7 +120,7 @@ def test_an_init_container_hands_the_run_its_passphrase_through_pulumi_env(
     }
     pod_spec(body).setdefault("initContainers", []).append(init)
     stacks.create(body)
-    if bed.runner == "local":
+    if not bed.on_node:
         stalled = stacks.wait_reason("dynamic", "Stalled", "InvalidSpec", RUN)
         message = find(stalled, "Stalled")["message"]  # type: ignore[index]
         assert "initContainers: init containers need the pod runner" in message

@@ -55,7 +55,7 @@ def bed(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Be
 @contextlib.contextmanager
 def with_mirrors(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
     """``bed`` with a plugin mirror, and for pods a package mirror and a cache claim."""
-    if bed.runner == "local":
+    if not bed.on_node:
         request.getfixturevalue("controller_manager")
         plugins: PluginMirror = request.getfixturevalue("plugin_mirror")
         yield dataclasses.replace(bed, flags=(*bed.flags, f"--plugin-mirror={plugins.url}"))

@@ -178,7 +178,7 @@ def flux(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
     The session's on loopback for the local runner; for pods one on the node's control
     plane whose artifact server listens on the host's address on the node's network.
     """
-    if bed.runner == "local":
+    if not bed.on_node:
         yield request.getfixturevalue("flux_source")
         return
     cluster: NodeCluster = request.getfixturevalue("node_cluster")

@@ -27,7 +27,12 @@ Guarantees:
   its descendants (as the kubelet kills a pod past its grace). Runs die with the operator:
   ``attach`` returns None.
 * Backend locks are the agent's business, as in a run pod (its lease on a ``file://``
-  lock): ``locks`` is None, ``clear_stale_lock`` and ``cancel`` do nothing.
+  lock): ``locks`` is None, ``clear_stale_lock`` and ``cancel`` do nothing. The agent
+  takes a lock bearing its own hostname for an earlier run of its Stack (in a pod, the
+  pod's name); here that is this machine's name, so a live update another process on
+  this machine runs on the same stack is broken once its (unrenewed) lease lapses.
+* An operator killed outright (SIGKILL) leaves its agent running to its end, as
+  ``LocalRunner`` leaves its CLI; a stopping operator interrupts it (``stop``).
 """
 
 from __future__ import annotations
