@@ -59,6 +59,7 @@ from workspace.runner import (
     LocalRunner,
     Outcome,
     Progress,
+    SourceFault,
     UpdateRequest,
     envfile,
     failed_outcome,
@@ -238,7 +239,7 @@ def run(
     try:
         work_dir = _program_dir(job)
     except ProgramDirError as err:
-        return _failed(job, started, ErrorKind.PROGRAM_INVALID, str(err))
+        return source_failed(job, started, err)
     try:
         written = envfile.read(Path(environ[ENV_VARIABLE])) if ENV_VARIABLE in environ else {}
     except envfile.EnvFileError as err:
@@ -359,35 +360,29 @@ def local_runner(environ: Mapping[str, str]) -> LocalRunner:
 
 
 def _checkout(job: AgentJob, started: datetime) -> Outcome | None:
-    """Lay the job's source out in ``SOURCE``; the failed outcome, or None.
+    """Lay the job's source out in ``SOURCE``; the failed outcome (``SOURCE_FAILED``), or None.
 
     A git commit is checked out (shallowly if the job says so); a Flux artifact is
     downloaded, its digest verified before anything is unpacked, and unpacked safely; a
     rendered Program is written as ``Pulumi.yaml``.
     """
     spec = job.job
-    if "project" in spec:
-        write_project(SOURCE, str(spec["project"]))
-        return None
-    if "artifact" in spec:
-        artifact = spec["artifact"]
-        try:
-            fetch_artifact(str(artifact["url"]), str(artifact["digest"]), SOURCE)
-        except SourceError as err:
-            # A digest mismatch or an unsafe archive never fixes itself: only a new artifact.
-            kind = ErrorKind.SETUP_FAILED if err.transient else ErrorKind.PROGRAM_INVALID
-            return _failed(job, started, kind, f"fetching the Flux artifact: {err}")
-        return None
     try:
-        checkout(
-            spec["repo"],
-            SOURCE,
-            commit=spec["commit"],
-            credentials=job.credentials(),
-            shallow=bool(spec.get("shallow")),
-        )
+        if "project" in spec:
+            write_project(SOURCE, str(spec["project"]))
+        elif "artifact" in spec:
+            artifact = spec["artifact"]
+            fetch_artifact(str(artifact["url"]), str(artifact["digest"]), SOURCE)
+        else:
+            checkout(
+                spec["repo"],
+                SOURCE,
+                commit=spec["commit"],
+                credentials=job.credentials(),
+                shallow=bool(spec.get("shallow")),
+            )
     except SourceError as err:
-        return _failed(job, started, ErrorKind.SETUP_FAILED, f"checking the source out: {err}")
+        return source_failed(job, started, err)
     return None
 
 
@@ -407,6 +402,15 @@ def _forget_environment() -> None:
 
 def _print_progress(progress: Progress) -> None:
     print(progress_line(progress), flush=True)  # noqa: T201 - the report channel is stdout
+
+
+def source_failed(job: AgentJob, started: datetime, err: SourceError | ProgramDirError) -> Outcome:
+    """The outcome of a source that could not be laid out: ``SOURCE_FAILED``, typed.
+
+    Its message is the source layer's own, as the local runner's verdict shows it.
+    """
+    fault = SourceFault.of(err)
+    return failed_outcome(job.operation, ErrorKind.SOURCE_FAILED, str(err), started, _now(), fault)
 
 
 def _failed(job: AgentJob, started: datetime, error: ErrorKind, message: str) -> Outcome:

@@ -41,7 +41,7 @@ from reconcile.sources import ProgramInvalidError, Revision, SourceNotReadyError
 from reconcile.spec import SpecError, StackSpec, parse_spec
 from reconcile.spec.program import program_revision
 from reconcile.verdict import concluded
-from workspace.runner import Detached
+from workspace.runner import Detached, ErrorKind
 from workspace.source import GitCredentials, ProgramDirError, SourceError
 
 log = structlog.get_logger(__name__)
@@ -151,6 +151,10 @@ class Finalizer:
         if isinstance(operated, Detached):  # its pod goes on; so does deletion
             msg = "the operator is stopping; the destroy goes on in its run pod"
             raise TransientError(msg)
+        if operated.outcome.error is ErrorKind.SOURCE_FAILED:  # laid out by the runner
+            return self._not_prepared(
+                at, spec, f"cannot prepare destroy: {operated.outcome.message}"
+            )
         retry = self._retry(at, spec)
         verdict = deletion_verdicts.of_destroy(
             operated.outcome, operated.deadline, FINALIZER, retry

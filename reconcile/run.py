@@ -36,7 +36,7 @@ from reconcile.operate import Attempt, Operated, Operator
 from reconcile.policy import backoff
 from reconcile.prepare import Preparer, RemoteSpecError
 from status.conditions import Reason
-from workspace.runner import Detached, Progress
+from workspace.runner import Detached, ErrorKind, Progress, SourceFault
 from workspace.source import ProgramDirError, SourceError
 
 log = structlog.get_logger(__name__)
@@ -68,11 +68,9 @@ class Runs:
         legs.mark("announce")
         try:
             request = self._preparer.request(at, plan)
-        except SourceError as err:
-            if err.transient:
-                return self._not_started(at, plan, Reason.SOURCE_UNAVAILABLE, str(err), retry=True)
-            return self._not_started(at, plan, source_verdicts.source_reason(err.reason), str(err))
-        except (ProgramDirError, RemoteSpecError) as err:
+        except (SourceError, ProgramDirError) as err:
+            return self._source_failed(at, plan, SourceFault.of(err), str(err))
+        except RemoteSpecError as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
         legs.mark("checkout")
         attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
@@ -141,7 +139,14 @@ class Runs:
             yield deleting
 
     def _conclude(self, at: Pass, plan: Plan, operated: Operated) -> Result:
-        """Record the outcome and execute its verdict."""
+        """Record the outcome and execute its verdict.
+
+        A source the runner could not lay out (``SOURCE_FAILED``: a run pod's checkout) is
+        judged as the same failure met before the run (``_source_failed``).
+        """
+        source = operated.outcome.source
+        if operated.outcome.error is ErrorKind.SOURCE_FAILED and source is not None:
+            return self._source_failed(at, plan, source, operated.outcome.message)
         now = self._parts.clock.wall()
         facts = verdicts.RunFacts(
             outcome=operated.outcome,
@@ -176,6 +181,19 @@ class Runs:
             plan.observed, outcome, plan.previous_failures, now, verdict.conditions
         )
         self._effects.execute(at, verdict, also=fields, now=now)
+
+    def _source_failed(self, at: Pass, plan: Plan, fault: SourceFault, message: str) -> Result:
+        """The announced run's source could not be laid out, wherever that was tried.
+
+        The one verdict of a source failure, for every runner: a program directory that
+        is not there is ``InvalidSpec``; a transient failure ``SourceUnavailable``, retried
+        after the failures' backoff; any other stalls with the failure's own reason.
+        """
+        if fault.failure is None:
+            return self._not_started(at, plan, Reason.INVALID_SPEC, message)
+        if fault.transient:
+            return self._not_started(at, plan, Reason.SOURCE_UNAVAILABLE, message, retry=True)
+        return self._not_started(at, plan, source_verdicts.source_reason(fault.failure), message)
 
     def _not_started(
         self, at: Pass, plan: Plan, reason: Reason, message: str, *, retry: bool = False

@@ -21,10 +21,18 @@ from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
 from pulumi_stack_operator.fence import SETTLE_BOUND, Fence
 from pulumi_stack_operator.pulumi_cli import PulumiCli
-from workspace.runner import EnvSources, ErrorKind, Outcome, UpdateRequest, failed_outcome
+from workspace.runner import (
+    EnvSources,
+    ErrorKind,
+    Outcome,
+    SourceFault,
+    UpdateRequest,
+    failed_outcome,
+)
 from workspace.runner.lease import RENEW_SECONDS
 from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, StackLocks
 from workspace.runner.scrub import Scrubber
+from workspace.source import SourceError, SourceFailure
 
 JOB = {
     "repo": "https://git.example/repo.git",
@@ -413,3 +421,56 @@ def test_an_environment_file_that_cannot_be_used_fails_the_run_saying_where(
 
 def _no_runner(_environ: object) -> object:
     raise AssertionError("nothing may run with an environment file that cannot be used")
+
+
+@pytest.mark.parametrize(
+    ("layout", "failing"),
+    [
+        ({"repo": "https://git.example/r.git", "commit": "c" * 40}, "checkout"),
+        ({"artifact": {"url": "http://sc/a.tar.gz", "digest": "sha256:" + "a" * 64}}, "fetch"),
+    ],
+    ids=["git", "flux-artifact"],
+)
+@pytest.mark.parametrize(
+    "err",
+    [
+        SourceError("refused", reason=SourceFailure.AUTHENTICATION_FAILED, transient=False),
+        SourceError("differs", reason=SourceFailure.ARTIFACT_DIGEST_MISMATCH, transient=False),
+        SourceError("unsafe", reason=SourceFailure.ARTIFACT_UNSAFE, transient=False),
+        SourceError("no answer", reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True),
+    ],
+    ids=str,
+)
+def test_a_source_that_cannot_be_laid_out_is_reported_typed(
+    monkeypatch: pytest.MonkeyPatch, layout: dict[str, Any], failing: str, err: SourceError
+) -> None:
+    """``SOURCE_FAILED`` with the source layer's failure and transience, in its own words.
+
+    The operator judges it as the local runner's checkout failing the same way.
+    """
+
+    def fail(*_args: object, **_options: object) -> None:
+        raise err
+
+    monkeypatch.setattr(agent, "checkout" if failing == "checkout" else "fetch_artifact", fail)
+    job = {k: v for k, v in {**JOB, **layout}.items() if k != "repo" or "artifact" not in layout}
+    environ = environment(PSO_JOB=json.dumps(job))
+    failed = agent._checkout(AgentJob.from_environment(environ), agent._now())  # noqa: SLF001
+    assert failed is not None
+    assert failed.error is ErrorKind.SOURCE_FAILED
+    assert failed.source == SourceFault(err.reason, err.transient)
+    assert failed.message == str(err)
+
+
+def test_a_program_directory_not_in_the_source_is_reported_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``repoDir`` the checkout lacks: ``SOURCE_FAILED`` with no source failure (InvalidSpec)."""
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
+    monkeypatch.setattr(agent, "SOURCE", tmp_path / "source")
+    (tmp_path / "source").mkdir()
+    environ = environment(PSO_JOB=json.dumps({**JOB, "repoDir": "missing"}))
+    outcome = agent.run(AgentJob.from_environment(environ), environ, threading.Event())
+    assert outcome.error is ErrorKind.SOURCE_FAILED
+    assert outcome.source == SourceFault(None)
+    assert "spec.repoDir 'missing'" in outcome.message

@@ -97,6 +97,13 @@ ROWS: dict[ErrorKind, tuple[Any, ...]] = {
         "False", "RunnerFailed", "RunnerFailed", RETRY, False, WARNING, "backoff", "failed",
         True, True,
     ),
+    # A source the runner could not lay out is judged from ``Outcome.source`` before this
+    # table (``reconcile.run``, as the same failure met before a run); an outcome without
+    # one is taken for a transient source failure.
+    ErrorKind.SOURCE_FAILED: (
+        "False", "SourceUnavailable", "SourceUnavailable", RETRY, False, WARNING, "backoff",
+        "failed", True, True,
+    ),
     # A registry that did not answer: retried like a failed update.
     ErrorKind.DEPENDENCIES_FAILED: (
         "False", "DependencyInstallFailed", "DependencyInstallFailed", RETRY, False, WARNING,

@@ -24,8 +24,10 @@ from workspace.runner.types import (
     Outcome,
     Progress,
     ProjectInfo,
+    SourceFault,
     Step,
 )
+from workspace.source import SourceFailure
 
 PREFIX = "@pulumi-stack-operator "
 MAX_LINE = 4 * 1024 * 1024  # bytes: longer lines are not reports (and are not kept)
@@ -64,6 +66,12 @@ def outcome_line(outcome: Outcome) -> str:
         body["seconds"] = {k: round(v, 3) for k, v in outcome.seconds.items()}
     if outcome.project is not None:
         body["project"] = {"name": outcome.project.name, "runtime": outcome.project.runtime}
+    if outcome.source is not None:
+        failure = outcome.source.failure
+        body["source"] = {
+            "failure": failure and failure.value,
+            "transient": outcome.source.transient,
+        }
     return PREFIX + json.dumps({"outcome": body}, separators=(",", ":"), default=str)
 
 
@@ -177,7 +185,18 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         cache_bytes={str(k): _count(v) for k, v in cache_bytes.items()},
         project=_project(body.get("project")),
         seconds=_seconds(body.get("seconds") or {}),
+        source=_source(body.get("source")),
     )
+
+
+def _source(value: object) -> SourceFault | None:
+    """The outcome's source fault (absent unless the source failed: None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("transient"), bool):
+        raise TypeError("source is an object with a boolean transient")
+    failure = value.get("failure")
+    return SourceFault(None if failure is None else SourceFailure(failure), value["transient"])
 
 
 def _seconds(value: object) -> dict[str, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workspace.runner.job import RunJob
+from workspace.source import ProgramDirError, SourceError, SourceFailure
 
 Operation = Literal["up", "preview", "refresh", "destroy"]
 Step = Literal["install", "refresh", "update", "preview", "destroy"]
@@ -47,6 +48,10 @@ class ErrorKind(enum.StrEnum):
     """The program's dependencies can never install as written (a lockfile out of step
     with its manifest, a version or plugin that does not exist, a toolchain the image does
     not have): wait for a change."""
+    SOURCE_FAILED = "SourceFailed"
+    """The run's source could not be laid out where the run happens (a checkout, a Flux
+    artifact, the program's directory in it): ``Outcome.source`` says why, and the
+    reconciler judges it as it judges the same failure met before a run."""
     RUNNER_FAILED = "RunnerFailed"
     """The run's pod ended without an outcome (deleted, evicted, OOM-killed, past its
     deadline) or could not start (image pull, missing Secret): retry with backoff; the
@@ -190,6 +195,27 @@ class ProjectInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceFault:
+    """Why a run's source could not be laid out, as the source layer classified it.
+
+    ``failure`` is the source's failure (``SourceFailure``: credentials refused, unknown
+    revision, unreachable, a Flux artifact not matching its digest or unsafe); None when
+    the source was there but the program's directory (``spec.repoDir``,
+    ``spec.fluxSource.dir``) is not in it. ``transient``: retrying later may succeed.
+    """
+
+    failure: SourceFailure | None
+    transient: bool = False
+
+    @classmethod
+    def of(cls, err: SourceError | ProgramDirError) -> SourceFault:
+        """The fault of a failed source (``SourceError``) or program directory."""
+        if isinstance(err, SourceError):
+            return cls(err.reason, err.transient)
+        return cls(None)
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one operation did.
 
@@ -206,7 +232,8 @@ class Outcome:
     time went, by phase, as the runner measured it: ``install`` (dependencies and
     plugins, the plugin step's ``pulumi install`` included), ``cli`` (every other ``pulumi``
     command together), and in a run pod ``checkout``
-    (the init container's); a phase that did not happen is absent.
+    (the init container's); a phase that did not happen is absent. ``source`` is the
+    source's fault when ``error`` is ``SOURCE_FAILED`` (else None).
     """
 
     operation: Operation
@@ -222,6 +249,7 @@ class Outcome:
     cache_bytes: Mapping[str, int] = field(default_factory=dict)
     project: ProjectInfo | None = None
     seconds: Mapping[str, float] = field(default_factory=dict)
+    source: SourceFault | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +269,13 @@ RunResult = Outcome | Detached
 """What a runner's operation returns: the outcome, or the run left going."""
 
 
-def failed_outcome(
-    operation: str, error: ErrorKind, message: str, started: datetime, ended: datetime
+def failed_outcome(  # noqa: PLR0913 - an outcome's fields
+    operation: str,
+    error: ErrorKind,
+    message: str,
+    started: datetime,
+    ended: datetime,
+    source: SourceFault | None = None,
 ) -> Outcome:
     """A failed ``operation`` that changed nothing, from ``started`` to ``ended`` (aware)."""
     return Outcome(
@@ -255,6 +288,7 @@ def failed_outcome(
         permalink=None,
         started=started,
         ended=ended,
+        source=source,
     )
 
 

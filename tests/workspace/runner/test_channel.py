@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress, ProjectInfo
+from workspace.runner import ErrorKind, InstallRecord, Outcome, Progress, ProjectInfo, SourceFault
 from workspace.runner.channel import PREFIX, fitted, outcome_line, parse_line, progress_line
+from workspace.source import SourceFailure
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
@@ -140,4 +141,27 @@ def test_the_phase_seconds_come_back_and_an_older_line_has_none() -> None:
     assert isinstance(older, Outcome)
     assert older.seconds == {}
     body["outcome"]["seconds"] = ["not", "an", "object"]
+    assert parse_line(PREFIX + json.dumps(body)) is None
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [SourceFault(failure, transient) for failure in SourceFailure for transient in (False, True)]
+    + [SourceFault(None)],
+    ids=str,
+)
+def test_a_source_fault_comes_back_typed(fault: SourceFault) -> None:
+    """Each source failure (and a missing program directory) crosses the line as it was."""
+    sent = outcome(succeeded=False, error=ErrorKind.SOURCE_FAILED, message="x", source=fault)
+    assert parse_line(outcome_line(sent)) == sent
+    assert "source" not in json.loads(outcome_line(outcome())[len(PREFIX) :])["outcome"]
+
+
+@pytest.mark.parametrize(
+    "source", ["ArtifactUnsafe", {"failure": "Unheard"}, {"failure": None}, {"transient": 1}]
+)
+def test_a_malformed_source_fault_is_a_malformed_report(source: object) -> None:
+    """A fault that is not ``{"failure": known or null, "transient": bool}`` drops the line."""
+    body = json.loads(outcome_line(outcome())[len(PREFIX) :])
+    body["outcome"]["source"] = source
     assert parse_line(PREFIX + json.dumps(body)) is None
