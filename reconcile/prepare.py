@@ -160,14 +160,15 @@ class Preparer:
         """The request of a run elsewhere: the job, and no checkout or secret value.
 
         Raises:
-            RemoteSpecError: a ``file://`` backend that would live and die with the pod, or
-                a pod the operator's tenancy rules refuse.
+            RemoteSpecError: runs in pods only: a ``file://`` backend that would live and
+                die with the pod, or a pod the operator's tenancy rules refuse.
         """
         spec = plan.spec
-        _check_backend_volume(plan.inputs.backend, spec)
-        refused = tenancy.refusal(spec, self._settings.tenancy)
-        if refused is not None:  # checked before; a run pod must never be built without it
-            raise RemoteSpecError(refused)
+        if self._settings.runner_traits.in_pods:  # the pod's filesystem and its rights
+            _check_backend_volume(plan.inputs.backend, spec)
+            refused = tenancy.refusal(spec, self._settings.tenancy)
+            if refused is not None:  # checked before; a run pod must never be built without it
+                raise RemoteSpecError(refused)
         return UpdateRequest(
             work_dir=Path(WORKSPACE_SOURCE),
             stack=spec.stack,

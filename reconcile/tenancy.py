@@ -60,7 +60,7 @@ def refusal(spec: StackSpec, tenancy: Tenancy) -> str | None:
 
 
 def local_refusal(spec: StackSpec) -> str | None:
-    """Why the local runner cannot run ``spec`` as written (None: it can).
+    """Why a runner without pods (local, agent) cannot run ``spec`` as written (None: it can).
 
     It ignores the rest of ``workspaceTemplate`` (it builds no pod), but init containers
     are steps of the run itself (they may hand it variables through ``$PULUMI_ENV``): a
@@ -70,8 +70,8 @@ def local_refusal(spec: StackSpec) -> str | None:
         return None
     return (
         f"{_PODS}.initContainers: init containers need the pod runner (--runner=pod); "
-        "this operator runs programs as its own child processes (--runner=local). Remove "
-        "them, or run the Stack with an operator that uses the pod runner"
+        "this operator runs programs as its own child processes (--runner=local or "
+        "agent). Remove them, or run the Stack with an operator that uses the pod runner"
     )
 
 

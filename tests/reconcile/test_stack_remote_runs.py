@@ -29,7 +29,7 @@ from tests.reconcile.test_stack_sources import (
     git_repository,
     program,
 )
-from workspace.runner import Detached, ErrorKind, PodRunner
+from workspace.runner import Detached, ErrorKind, PodRunner, RunnerTraits
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
 LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
@@ -194,6 +194,17 @@ def test_a_file_backend_outside_every_volume_stalls_naming_the_field(tmp_path: P
     h.runner.then(h.succeed())
     h.reconcile()
     assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+
+
+def test_a_runner_that_takes_a_job_without_pods_needs_no_volume(tmp_path: Path) -> None:
+    """The agent runner's runs are processes here: a ``file://`` backend anywhere runs."""
+    h = Harness(tmp_path, runner_traits=RunnerTraits(takes_job=True))
+    h.create(backend="file:///state/backend")
+    h.runner.then(h.succeed())
+    h.reconcile()
+    assert h.kstatus() == {"Ready": ("True", "Succeeded")}
+    [(_, request)] = h.runner.calls
+    assert request.job is not None
 
 
 def test_when_the_spec_was_written_survives_the_caches_short_managed_fields() -> None:
