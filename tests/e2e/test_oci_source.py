@@ -5,11 +5,13 @@ source-controller cannot pull an OCI artifact: instead the OCIRepository (its re
 from the source-controller's module) is suspended, so that no source-controller touches
 it, and its status is written as the source-controller writes it, announcing a tarball
 served by this test over HTTP as the source-controller serves its artifacts. The real
-operator then deploys it, and refuses an artifact whose digest is not the announced one.
+operator then deploys it, and refuses an artifact whose digest is not the announced one
+or that holds an entry leaving it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import io
@@ -45,10 +47,9 @@ def program_tarball() -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[str, bytes]]:
-    """An HTTP server on loopback serving the tarball at ``/artifact.tar.gz``: (url, bytes)."""
-    tarball = program_tarball()
+@contextlib.contextmanager
+def serving(tarball: bytes) -> Iterator[str]:
+    """An HTTP server on loopback serving ``tarball`` at ``/artifact.tar.gz``: its URL."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -64,11 +65,19 @@ def served() -> Iterator[tuple[str, bytes]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/artifact.tar.gz", tarball
+        yield f"http://127.0.0.1:{server.server_address[1]}/artifact.tar.gz"
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, bytes]]:
+    """The program's tarball, served: (url, bytes)."""
+    tarball = program_tarball()
+    with serving(tarball) as url:
+        yield url, tarball
 
 
 def install_oci_crd(bed: Bed) -> None:
@@ -115,23 +124,22 @@ def announce(bed: Bed, url: str, digest: str, revision: str) -> None:
         )
 
 
-@pytest.mark.parametrize("runner", ["local"])
-def test_an_oci_repository_artifact_is_deployed_and_a_wrong_digest_refused(
+@pytest.mark.parametrize("runner", ["local", "agent"])
+def test_an_oci_repository_artifact_is_deployed_and_a_wrong_or_unsafe_one_refused(
     bed: Bed, stacks: Stacks, operator: Operator, served: tuple[str, bytes]
 ) -> None:
-    """Ready at the OCI artifact's revision; a digest that does not match stalls, no run."""
+    """Ready at the OCI artifact's revision; a wrong digest, then an unsafe one, stall.
+
+    Under the local runner the operator fetches the artifact; under the agent runner the
+    run's agent does and reports the failure across the runner seam: the same reasons.
+    Not on the node: the agent's fetch and report are the same code in a pod.
+    """
     del operator  # runs the Stacks
     install_oci_crd(bed)
     url, tarball = served
-    digest = "sha256:" + hashlib.sha256(tarball).hexdigest()
+    digest = digest_of(tarball)
     announce(bed, url, digest, f"latest@{digest}")
-    stacks.hand_over()
-    source = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "OCIRepository", "name": "app"}
-    manifest = stacks.manifest(
-        "oci", NO_REPO, projectRepo=None, branch=None, repoDir=None,  # type: ignore[arg-type]
-        fluxSource={"sourceRef": source, "dir": "app"},
-    )  # fmt: skip
-    stacks.create(manifest)
+    oci_stack(stacks)
     last = stacks.wait_ready("oci", 300)["status"]["lastUpdate"]
     assert last["lastSuccessfulCommit"] == f"latest@{digest}"
     assert stacks.target("oci").read_text() == "one"
@@ -141,3 +149,40 @@ def test_an_oci_repository_artifact_is_deployed_and_a_wrong_digest_refused(
     stalled = stacks.wait_reason("oci", "Stalled", "ArtifactDigestMismatch", 120)
     assert has_reason(stalled, "Ready", "ArtifactDigestMismatch")
     assert stalled["status"]["lastUpdate"]["lastSuccessfulCommit"] == f"latest@{digest}"
+
+    unsafe = unsafe_tarball()
+    with serving(unsafe) as unsafe_url:
+        announce(bed, unsafe_url, digest_of(unsafe), f"latest@{digest_of(unsafe)}")
+        stalled = stacks.wait_reason("oci", "Stalled", "ArtifactUnsafe", 120)
+    assert has_reason(stalled, "Ready", "ArtifactUnsafe")
+    assert not (bed.state.parent / "escape").exists()
+
+
+def digest_of(tarball: bytes) -> str:
+    """The artifact digest Flux announces for ``tarball``."""
+    return "sha256:" + hashlib.sha256(tarball).hexdigest()
+
+
+def unsafe_tarball() -> bytes:
+    """The files program, plus an entry that leaves the archive (``../escape``)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.addfile(tarfile.TarInfo("app"), None)
+        with tarfile.open(fileobj=io.BytesIO(program_tarball()), mode="r:gz") as program:
+            for member in program.getmembers():
+                archive.addfile(member, program.extractfile(member))
+        info = tarfile.TarInfo("../escape")
+        info.size = 3
+        archive.addfile(info, io.BytesIO(b"out"))
+    return buffer.getvalue()
+
+
+def oci_stack(stacks: Stacks) -> None:
+    """Create Stack ``oci`` on the OCIRepository ``app`` (its program under ``app/``)."""
+    stacks.hand_over()
+    source = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "OCIRepository", "name": "app"}
+    manifest = stacks.manifest(
+        "oci", NO_REPO, projectRepo=None, branch=None, repoDir=None,  # type: ignore[arg-type]
+        fluxSource={"sourceRef": source, "dir": "app"},
+    )  # fmt: skip
+    stacks.create(manifest)
