@@ -48,6 +48,11 @@ RUNNERS = (
 )
 
 
+OFF_NODE = ("local", "agent")
+"""The runners of a scenario that needs no pod: the agent path runs the pod runner's job,
+agent and report channel; the node keeps what needs a pod (``docs/test-bed.md``)."""
+
+
 def without_agent(why: str) -> tuple[Any, ...]:
     """``RUNNERS`` with the ``agent`` variant skipped, saying ``why`` in words."""
     skip = pytest.param("agent", marks=pytest.mark.skip(reason=f"agent runner: {why}"))

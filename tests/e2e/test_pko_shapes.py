@@ -21,11 +21,12 @@ import pytest
 from kubernetes import client
 
 from reconcile.tenancy import RUNNER_LABEL
-from tests.e2e.beds import RUNNERS, Bed
+from tests.e2e.beds import OFF_NODE, RUNNERS, Bed
 from tests.e2e.conftest import Operator, Program, Stacks, find
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 both_runners = pytest.mark.parametrize("runner", RUNNERS)
+off_node = pytest.mark.parametrize("runner", OFF_NODE)  # needs no pod: not on the node
 
 RUN = 300.0  # seconds for one run of the files program, in a run pod included
 TEMPLATE_ACCOUNT = "spec.workspaceTemplate.spec.serviceAccountName"
@@ -50,7 +51,7 @@ def run_pod(stacks: Stacks, name: str) -> client.V1Pod:
     return stacks.core.read_namespaced_pod(f"{name}-pulumi", stacks.namespace)
 
 
-@both_runners
+@off_node
 def test_a_repo_dir_from_the_repositorys_root_runs(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:

@@ -35,11 +35,12 @@ from testbed.package_mirror import env as mirror_env
 from testbed.plugin_mirror import PluginMirror
 from testbed.waits import wait_for
 from tests.conftest import PROGRAMS
-from tests.e2e.beds import RUNNERS, Bed
+from tests.e2e.beds import OFF_NODE, RUNNERS, Bed
 from tests.e2e.conftest import Operator, Stacks, find
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 both_runners = pytest.mark.parametrize("runner", RUNNERS)
+off_node = pytest.mark.parametrize("runner", OFF_NODE)  # needs no pod: not on the node
 LANGUAGES = {"ts": "nodejs", "yaml": "plugins", "python": "python"}
 """Each program and the dependency kind its second run finds in the cache."""
 FIRST_RUN = 900.0  # seconds for a first run: registries, npm ci or pip, the provider
@@ -198,7 +199,7 @@ def assert_kubeconfig_kept_secret(bed: Bed, stacks: Stacks, operator: Operator) 
     assert not [text for text in seen if key in text or key[:64] in text]
 
 
-@both_runners
+@off_node
 def test_a_lockfile_out_of_step_stalls_the_stack(
     bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
 ) -> None:

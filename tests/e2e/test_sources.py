@@ -35,7 +35,7 @@ from testbed.git_server import Checkout
 from testbed.node import NodeCluster
 from testbed.waits import wait_for
 from tests.conftest import PROGRAMS
-from tests.e2e.beds import RUNNERS, Bed
+from tests.e2e.beds import OFF_NODE, RUNNERS, Bed
 from tests.e2e.conftest import Operator, Stacks
 from tests.e2e.test_programs import (
     FIRST_RUN,
@@ -47,6 +47,7 @@ from tests.e2e.test_programs import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 both_runners = pytest.mark.parametrize("runner", RUNNERS)
+off_node = pytest.mark.parametrize("runner", OFF_NODE)  # needs no pod: not on the node
 KUBECONFIG = {"type": "Secret", "secret": {"name": "kubeconfig", "key": "value"}}
 BRANCH = "main"
 NO_REPO = types.SimpleNamespace(url=None)
@@ -131,7 +132,7 @@ def updates(stacks: Stacks, name: str) -> int:
     return len(stacks.get(name).get("status", {}).get("history") or [])
 
 
-@both_runners
+@off_node
 def test_a_program_object_deploys_and_each_edit_runs_again(
     bed: Bed, stacks: Stacks, operator: Operator
 ) -> None:

@@ -24,7 +24,7 @@ import pytest
 from pulumi import automation as auto
 
 from testbed.assets import find_pulumi
-from tests.e2e.beds import RUNNERS, Bed, without_agent
+from tests.e2e.beds import OFF_NODE, RUNNERS, Bed, without_agent
 from tests.e2e.conftest import (
     Operator,
     Program,
@@ -39,6 +39,7 @@ from tests.e2e.waits import wait_mid_step, wait_reconciles, wait_until, wait_upd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 both_runners = pytest.mark.parametrize("runner", RUNNERS)
+off_node = pytest.mark.parametrize("runner", OFF_NODE)  # needs no pod: not on the node
 
 
 @both_runners
@@ -82,7 +83,7 @@ def test_create_change_config_and_follow_the_branch(
     stacks.wait_events("web", "UpdateStarted", "Succeeded")
 
 
-@both_runners
+@off_node
 def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator: Operator) -> None:
     """With spec.commit set, a push to the branch changes nothing, even on request.
 
@@ -105,7 +106,7 @@ def test_pinned_commit_ignores_pushes(stacks: Stacks, program: Program, operator
     assert [h["commit"] for h in obj["status"]["history"]] == [program.first] * 2
 
 
-@both_runners
+@off_node
 def test_failures_retry_with_growing_delay_then_recover_after_a_fix(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -178,7 +179,7 @@ def test_prerequisites_gate_a_dependent_stack(
     stacks.wait_ready("second")
 
 
-@both_runners
+@off_node
 def test_preview_only_never_changes_resources(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -208,7 +209,7 @@ def test_suspend_stops_runs(stacks: Stacks, program: Program, operator: Operator
     )
 
 
-@both_runners
+@off_node
 def test_delete_with_destroy_on_finalize_removes_resources_and_finalizer(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
