@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import threading
@@ -43,7 +42,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from controller.clock import RealClock
 from controller.signals import relay_signals
@@ -68,21 +66,17 @@ from workspace.runner import (
     parse_line,
     progress_line,
 )
+from workspace.runner.document import JobDocument, ValueRef
 from workspace.runner.envfile import ENV_VARIABLE
+from workspace.runner.job import SOURCE_DIR
+from workspace.runner.job import WORKSPACE as POD_WORKSPACE
+from workspace.runner.layout import lay_out, program_in
 from workspace.runner.lease import LeaseKeeper, Settled, settle_own
 from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, LockFile, StackLocks, stack_locks
-from workspace.source import (
-    GitCredentials,
-    ProgramDirError,
-    SourceError,
-    checkout,
-    fetch_artifact,
-    program_dir,
-    write_project,
-)
+from workspace.source import GitCredentials, ProgramDirError, SourceError
 
-WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", "/workspace"))
-SOURCE = WORKSPACE / "source"
+WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", POD_WORKSPACE))
+SOURCE = WORKSPACE / SOURCE_DIR
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
 CLOCK = RealClock()  # the run pod's one clock
@@ -93,7 +87,7 @@ Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 class AgentJob:
     """The decoded ``PSO_JOB`` with its secret values filled in from the environment."""
 
-    job: Mapping[str, Any]
+    document: JobDocument
     operation: str
     secrets: Mapping[str, str]
 
@@ -106,22 +100,21 @@ class AgentJob:
             raise ValueError(msg)
         prefixes = (SECRET_ENV_PREFIX, GIT_ENV_PREFIX)
         secrets = {k: v for k, v in environ.items() if k.startswith(prefixes)}
-        return cls(json.loads(environ["PSO_JOB"]), operation, secrets)
+        return cls(JobDocument.decode(environ["PSO_JOB"]), operation, secrets)
 
-    def value(self, ref: Mapping[str, str]) -> str:
-        """A ref's value: ``{"env": "PSO_SECRET_<n>"}`` (a Secret key) or ``{"value": …}``."""
-        if "env" in ref:
-            return self.secrets[ref["env"]]
-        return ref["value"]
+    def value(self, ref: ValueRef) -> str:
+        """A ref's value: its variable's (a Secret key the kubelet filled) or its own."""
+        if ref.env is not None:
+            return self.secrets[ref.env]
+        return str(ref.value)
 
-    def values(self, field: str) -> dict[str, str]:
-        """The job's ``field`` (a map of refs) with every value filled in."""
-        refs: Mapping[str, Mapping[str, str]] = self.job.get(field) or {}
+    def values(self, refs: Mapping[str, ValueRef]) -> dict[str, str]:
+        """``refs`` with every value filled in."""
         return {name: self.value(ref) for name, ref in refs.items()}
 
     def credentials(self) -> GitCredentials | None:
         """The git credentials of the Stack's ``gitAuth``, if it has some."""
-        auth = self.values("gitAuth")
+        auth = self.values(self.document.git_auth)
         return GitCredentials(**auth) if auth else None
 
     def request(
@@ -133,29 +126,17 @@ class AgentJob:
         over the pod's environment, under the job's own (the spec wins), and its values
         are masked in messages as a Secret's are.
         """
-        job = self.job
+        job = self.document
         env = {k: v for k, v in environ.items() if not k.startswith("PSO_")}
         env |= written or {}
-        env |= job.get("env") or {}
-        env |= self.values("envRefs")
-        secret_config = self.values("secretConfig")
-        return UpdateRequest(
-            work_dir=work_dir,
-            stack=job["stack"],
+        env |= job.env
+        env |= self.values(job.env_refs)
+        return job.request(
+            work_dir,
             env=env,
-            config=job.get("config") or {},
-            secret_config=secret_config,
-            secrets_provider=job.get("secretsProvider"),
-            refresh=bool(job.get("refresh")),
-            expect_no_refresh_changes=bool(job.get("expectNoRefreshChanges")),
+            secret_config=self.values(job.secret_config),
             preview=self.operation == "preview",
-            targets=tuple(job.get("targets") or ()),
-            use_local_stack_only=bool(job.get("useLocalStackOnly")),
-            message=str(job.get("message") or ""),
             pulumi_home=WORKSPACE / "home",
-            target_dependents=bool(job.get("targetDependents")),
-            run_program=bool(job.get("runProgram")),
-            environments=tuple(str(name) for name in job.get("environment") or ()),
             secret_env=self.secret_env(environ, written or {}),
         )
 
@@ -171,10 +152,10 @@ class AgentJob:
         sources = EnvSources.decode(environ.get(ENV_SOURCES))
         if sources is None:
             return None
-        refs: Mapping[str, Mapping[str, str]] = self.job.get("envRefs") or {}
-        own = set(self.job.get("env") or {}) | set(refs)
+        refs = self.document.env_refs
+        own = set(self.document.env) | set(refs)
         from_pod = (sources.secret_names(environ) | set(written)) - own
-        return from_pod | {name for name, ref in refs.items() if "env" in ref}
+        return from_pod | {name for name, ref in refs.items() if ref.env is not None}
 
 
 def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:
@@ -364,23 +345,10 @@ def _checkout(job: AgentJob, started: datetime) -> Outcome | None:
 
     A git commit is checked out (shallowly if the job says so); a Flux artifact is
     downloaded, its digest verified before anything is unpacked, and unpacked safely; a
-    rendered Program is written as ``Pulumi.yaml``.
+    rendered Program is written as ``Pulumi.yaml`` (``workspace.runner.layout``).
     """
-    spec = job.job
     try:
-        if "project" in spec:
-            write_project(SOURCE, str(spec["project"]))
-        elif "artifact" in spec:
-            artifact = spec["artifact"]
-            fetch_artifact(str(artifact["url"]), str(artifact["digest"]), SOURCE)
-        else:
-            checkout(
-                spec["repo"],
-                SOURCE,
-                commit=spec["commit"],
-                credentials=job.credentials(),
-                shallow=bool(spec.get("shallow")),
-            )
+        lay_out(job.document.source, SOURCE, job.credentials())
     except SourceError as err:
         return source_failed(job, started, err)
     return None
@@ -388,9 +356,7 @@ def _checkout(job: AgentJob, started: datetime) -> Outcome | None:
 
 def _program_dir(job: AgentJob) -> Path:
     """The program's directory in ``SOURCE`` (``ProgramDirError`` when it is not there)."""
-    if "artifact" in job.job:
-        return program_dir(SOURCE, job.job.get("dir"), "spec.fluxSource.dir")
-    return program_dir(SOURCE, job.job.get("repoDir"))
+    return program_in(job.document.source, SOURCE)
 
 
 def _forget_environment() -> None:

@@ -12,7 +12,6 @@ only into the request; they are never logged.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -28,7 +27,16 @@ from reconcile.decide import NEW_GENERATION
 from reconcile.sources import Revision, SourceObjects
 from reconcile.spec import GitAuth, ResourceRef, StackSpec
 from workspace.runner import RunJob, SecretEnvNames, UpdateRequest
-from workspace.runner.job import GIT_ENV_PREFIX
+from workspace.runner.document import (
+    FluxArtifact,
+    GitCheckout,
+    JobDocument,
+    ProgramSource,
+    RenderedProject,
+    ValueRef,
+)
+from workspace.runner.job import GIT_ENV_PREFIX, SOURCE_DIR, WORKSPACE
+from workspace.runner.layout import lay_out, program_in
 from workspace.source import GitCredentials
 
 
@@ -115,46 +123,24 @@ class Preparer:
             return self._remote_request(at, plan)
         spec = plan.spec
         stack_dir = self._settings.stack_dir(key)
-        work_dir = self._lay_out(plan, stack_dir / "source")
+        work_dir = self._lay_out(plan, stack_dir / SOURCE_DIR)
         local = backends.local_directory(plan.inputs.backend or "")
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
-        message = _message(key, plan)
-        return UpdateRequest(
-            work_dir=work_dir,
-            stack=spec.stack,
+        return self.document(at, plan).request(
+            work_dir,
             env=plan.inputs.env,
-            config=plan.inputs.config(spec),
             secret_config=plan.inputs.secret_config,
-            secrets_provider=spec.secrets_provider,
-            refresh=spec.refresh,
-            expect_no_refresh_changes=spec.expect_no_refresh_changes,
             preview=spec.preview,
-            targets=spec.targets,
-            target_dependents=spec.target_dependents,
-            run_program=spec.run_program,
-            environments=spec.environments,
-            use_local_stack_only=spec.use_local_stack_only,
-            message=message,
             pulumi_home=stack_dir / "home",
             secret_env=frozenset(n for n, ref in spec.env_refs.items() if ref.secret is not None),
         )
 
     def _lay_out(self, plan: Plan, source: Path) -> Path:
         """Put the program's source at ``source``; the program's directory in it."""
-        spec, revision = plan.spec, plan.revision
-        source.parent.mkdir(parents=True, exist_ok=True)
-        if revision is not None and revision.project is not None:
-            self._source.write_project(source, revision.project)
-            return self._source.program_dir(source, None)
-        if revision is not None and revision.artifact is not None:
-            artifact = revision.artifact
-            self._source.fetch_artifact(artifact.url, artifact.digest, source)
-            flux_dir = spec.flux_source.dir if spec.flux_source else None
-            return self._source.program_dir(source, flux_dir, "spec.fluxSource.dir")
-        url, commit = str(spec.project_repo), plan.observed.commit
-        self._source.checkout(url, source, commit, plan.credentials, shallow=spec.shallow)
-        return self._source.program_dir(source, spec.repo_dir)
+        program = program_source(plan)
+        lay_out(program, source, plan.credentials, self._source)
+        return program_in(program, source, self._source)
 
     def _remote_request(self, at: Pass, plan: Plan) -> UpdateRequest:
         """The request of a run elsewhere: the job, and no checkout or secret value.
@@ -169,59 +155,68 @@ class Preparer:
             refused = tenancy.refusal(spec, self._settings.tenancy)
             if refused is not None:  # checked before; a run pod must never be built without it
                 raise RemoteSpecError(refused)
-        return UpdateRequest(
-            work_dir=Path(WORKSPACE_SOURCE),
-            stack=spec.stack,
+        return self.document(at, plan).request(
+            Path(WORKSPACE_SOURCE),
             env={},
+            secret_config={},
+            preview=spec.preview,
+            job=self.job(at, plan),
+        )
+
+    def document(
+        self,
+        at: Pass,
+        plan: Plan,
+        names: SecretEnvNames | None = None,
+        git_names: SecretEnvNames | None = None,
+    ) -> JobDocument:
+        """The run's job document: every Secret value a variable handed out by ``names``.
+
+        Literal refs go in as values (they are in the Stack's spec already); the git
+        credentials get variables of their own (``git_names``), which only the checkout
+        container has.
+        """
+        spec = plan.spec
+        names = names or SecretEnvNames()
+        git_names = git_names or SecretEnvNames(GIT_ENV_PREFIX)
+
+        def ref(value: ResourceRef, pool: SecretEnvNames = names) -> ValueRef:
+            if value.secret is not None:
+                return ValueRef(env=pool.name(value.secret.name, value.secret.key))
+            return ValueRef(value=str(value.literal))
+
+        def git_ref(value: ResourceRef) -> ValueRef:
+            return ref(value, git_names)
+
+        return JobDocument(
+            source=program_source(plan),
+            stack=spec.stack,
+            git_auth=_git_auth(spec.git_auth, git_ref),
+            env={"PULUMI_BACKEND_URL": plan.inputs.backend} if plan.inputs.backend else {},
+            env_refs={name: ref(value) for name, value in spec.env_refs.items()},
             config=plan.inputs.config(spec),
+            secret_config={name: ref(value) for name, value in spec.secrets_ref.items()},
             secrets_provider=spec.secrets_provider,
             refresh=spec.refresh,
             expect_no_refresh_changes=spec.expect_no_refresh_changes,
-            preview=spec.preview,
             targets=spec.targets,
             target_dependents=spec.target_dependents,
             run_program=spec.run_program,
             environments=spec.environments,
             use_local_stack_only=spec.use_local_stack_only,
             message=_message(at.key, plan),
-            job=self.job(at, plan),
         )
 
     def job(self, at: Pass, plan: Plan) -> RunJob:
-        """The run pod's job for ``plan``: every Secret value as a variable the kubelet fills.
+        """The run pod's job for ``plan``: its document and the variables the kubelet fills.
 
-        Literal refs go into the job as values (they are in the Stack's spec already). The
-        git credentials get variables of their own, which only the checkout container has.
+        Raises:
+            RemoteSpecError: a rendered Program too large to travel in the job.
         """
-        spec, names, git_names = plan.spec, SecretEnvNames(), SecretEnvNames(GIT_ENV_PREFIX)
-
-        def ref(value: ResourceRef, pool: SecretEnvNames = names) -> dict[str, str]:
-            if value.secret is not None:
-                return {"env": pool.name(value.secret.name, value.secret.key)}
-            return {"value": str(value.literal)}
-
-        def git_ref(value: ResourceRef) -> dict[str, str]:
-            return ref(value, git_names)
-
-        env = {"PULUMI_BACKEND_URL": plan.inputs.backend} if plan.inputs.backend else {}
-        document = {
-            **_job_source(plan),
-            "gitAuth": _git_auth(spec.git_auth, git_ref),
-            "stack": spec.stack,
-            "env": env,
-            "envRefs": {name: ref(value) for name, value in spec.env_refs.items()},
-            "config": plan.inputs.config(spec),
-            "secretConfig": {name: ref(value) for name, value in spec.secrets_ref.items()},
-            "secretsProvider": spec.secrets_provider,
-            "refresh": spec.refresh,
-            "expectNoRefreshChanges": spec.expect_no_refresh_changes,
-            "targets": list(spec.targets),
-            "targetDependents": spec.target_dependents,
-            "runProgram": spec.run_program,
-            "environment": list(spec.environments),
-            "useLocalStackOnly": spec.use_local_stack_only,
-            "message": _message(at.key, plan),
-        }
+        names, git_names = SecretEnvNames(), SecretEnvNames(GIT_ENV_PREFIX)
+        document = self.document(at, plan, names, git_names)
+        spec = plan.spec
+        _carried(document.source, spec)
         workspace = spec.workspace
         return RunJob(
             namespace=at.key.namespace,
@@ -230,7 +225,7 @@ class Preparer:
             generation=at.generation,
             commit=plan.observed.commit,
             service_account=spec.service_account_name,
-            document=json.dumps(document, sort_keys=True, separators=(",", ":")),
+            document=document.encode(),
             secret_env=names.variables(),
             git_env=git_names.variables(),
             security_profile=workspace.security_profile,
@@ -244,7 +239,7 @@ class Preparer:
         )
 
 
-WORKSPACE_SOURCE = "/workspace/source"
+WORKSPACE_SOURCE = PurePosixPath(WORKSPACE) / SOURCE_DIR  # the run's source, in its pod
 
 MAX_JOB_PROJECT_BYTES = 64 * 1024
 """Largest rendered Program a run pod's job carries (UTF-8 bytes).
@@ -254,15 +249,27 @@ with everything else the job holds (config included).
 """
 
 
-def _job_source(plan: Plan) -> dict[str, Any]:
-    """The job's source: a git commit, a Flux artifact to verify, or a rendered project.
+def program_source(plan: Plan) -> ProgramSource:
+    """Where the run's program comes from: a rendered Program, a Flux artifact or git."""
+    spec, revision = plan.spec, plan.revision
+    if revision is not None and revision.project is not None:
+        return RenderedProject(revision.project, revision.commit)
+    if revision is not None and revision.artifact is not None:
+        artifact, flux = revision.artifact, spec.flux_source
+        dir_ = flux.dir if flux else None
+        return FluxArtifact(artifact.url, artifact.digest, revision.commit, dir_)
+    repo = str(spec.project_repo)
+    return GitCheckout(repo, plan.observed.commit, spec.repo_dir, shallow=spec.shallow)
+
+
+def _carried(source: ProgramSource, spec: StackSpec) -> None:
+    """Refuse a ``source`` that does not fit in a run pod's job.
 
     Raises:
         RemoteSpecError: a rendered Program too large to travel in the job.
     """
-    spec, revision = plan.spec, plan.revision
-    if revision is not None and revision.project is not None:
-        size = len(revision.project.encode())
+    if isinstance(source, RenderedProject):
+        size = len(source.project.encode())
         if size > MAX_JOB_PROJECT_BYTES:
             msg = (
                 f'spec.programRef: Program "{spec.program_ref}" renders to {size} bytes, more '
@@ -270,20 +277,6 @@ def _job_source(plan: Plan) -> dict[str, Any]:
                 "keep the program in git (projectRepo) or a Flux source (fluxSource)"
             )
             raise RemoteSpecError(msg)
-        return {"project": revision.project, "commit": revision.commit}
-    if revision is not None and revision.artifact is not None:
-        artifact = revision.artifact
-        return {
-            "artifact": {"url": artifact.url, "digest": artifact.digest},
-            "commit": revision.commit,
-            "dir": spec.flux_source.dir if spec.flux_source else None,
-        }
-    return {
-        "repo": str(spec.project_repo),
-        "commit": plan.observed.commit,
-        "repoDir": spec.repo_dir,
-        "shallow": spec.shallow,
-    }
 
 
 class RemoteSpecError(ValueError):
@@ -334,9 +327,7 @@ def _message(key: ObjectKey, plan: Plan) -> str:
     return f"pulumi-stack-operator: {key} generation {observed.generation} {what}"
 
 
-def _git_auth(
-    auth: GitAuth | None, ref: Callable[[ResourceRef], dict[str, str]]
-) -> dict[str, dict[str, str]]:
+def _git_auth(auth: GitAuth | None, ref: Callable[[ResourceRef], ValueRef]) -> dict[str, ValueRef]:
     """``GitCredentials`` field → ref of the winning gitAuth method."""
     if auth is None:
         return {}

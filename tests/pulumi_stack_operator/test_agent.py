@@ -21,6 +21,7 @@ from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
 from pulumi_stack_operator.fence import SETTLE_BOUND, Fence
 from pulumi_stack_operator.pulumi_cli import PulumiCli
+from workspace import source as sources
 from workspace.runner import (
     EnvSources,
     ErrorKind,
@@ -29,29 +30,36 @@ from workspace.runner import (
     UpdateRequest,
     failed_outcome,
 )
+from workspace.runner.document import (
+    FluxArtifact,
+    GitCheckout,
+    JobDocument,
+    ProgramSource,
+    ValueRef,
+)
 from workspace.runner.lease import RENEW_SECONDS
 from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, StackLocks
 from workspace.runner.scrub import Scrubber
 from workspace.source import SourceError, SourceFailure
 
-JOB = {
-    "repo": "https://git.example/repo.git",
-    "commit": "c" * 40,
-    "stack": "dev",
-    "gitAuth": {"token": {"env": "PSO_SECRET_0"}},
-    "env": {"PULUMI_BACKEND_URL": "file:///state"},
-    "envRefs": {"TOKEN": {"env": "PSO_SECRET_0"}, "PLAIN": {"value": "p"}},
-    "config": {"content": "one"},
-    "secretConfig": {"apiKey": {"env": "PSO_SECRET_1"}},
-    "targets": ["urn:x"],
-    "refresh": True,
-}
+GIT = GitCheckout("https://git.example/repo.git", "c" * 40)
+JOB = JobDocument(
+    source=GIT,
+    stack="dev",
+    git_auth={"token": ValueRef(env="PSO_SECRET_0")},
+    env={"PULUMI_BACKEND_URL": "file:///state"},
+    env_refs={"TOKEN": ValueRef(env="PSO_SECRET_0"), "PLAIN": ValueRef(value="p")},
+    config={"content": "one"},
+    secret_config={"apiKey": ValueRef(env="PSO_SECRET_1")},
+    targets=("urn:x",),
+    refresh=True,
+)
 
 
 def environment(**extra: str) -> dict[str, str]:
     """A run pod's environment for ``JOB``."""
     return {
-        "PSO_JOB": json.dumps(JOB),
+        "PSO_JOB": JOB.encode(),
         "PSO_OPERATION": "up",
         "PSO_SECRET_0": "tok",
         "PSO_SECRET_1": "key",
@@ -117,8 +125,10 @@ def test_the_jobs_pulumi_options_reach_the_request() -> None:
     environ = environment()
     plain = AgentJob.from_environment(environ).request(Path("/w"), environ)
     assert (plain.target_dependents, plain.run_program, plain.environments) == (False, False, ())
-    job = {**JOB, "targetDependents": True, "runProgram": True, "environment": ["a/b", "c/d"]}
-    environ = environment(PSO_JOB=json.dumps(job))
+    job = dataclasses.replace(
+        JOB, target_dependents=True, run_program=True, environments=("a/b", "c/d")
+    )
+    environ = environment(PSO_JOB=job.encode())
     request = AgentJob.from_environment(environ).request(Path("/w"), environ)
     assert request.target_dependents
     assert request.run_program
@@ -136,16 +146,16 @@ def test_the_checkout_is_shallow_when_the_job_says_so(
         calls.append({"url": url, "work_dir": work_dir, **options})
         return "c" * 40
 
-    monkeypatch.setattr(agent, "checkout", checkout)
-    job = {**JOB} if shallow is None else {**JOB, "shallow": shallow}
-    environ = environment(PSO_JOB=json.dumps(job))
+    monkeypatch.setattr(sources, "checkout", checkout)
+    source = GIT if shallow is None else dataclasses.replace(GIT, shallow=shallow)
+    environ = environment(PSO_JOB=dataclasses.replace(JOB, source=source).encode())
     failed = agent._checkout(AgentJob.from_environment(environ), agent._now())  # noqa: SLF001
     assert failed is None
     (call,) = calls
     assert call["shallow"] is expected
     assert (call["url"], call["commit"], call["work_dir"]) == (
-        JOB["repo"],
-        JOB["commit"],
+        GIT.repo,
+        GIT.commit,
         agent.SOURCE,
     )
     assert call["credentials"].token == "tok"  # noqa: S105 - a test value
@@ -194,7 +204,7 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
     """``checkout`` writes its seconds; the run's outcome carries them as ``checkout``."""
     monkeypatch.setattr(agent, "CHECKOUT_SECONDS", tmp_path / "checkout-seconds")
     monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
-    monkeypatch.setattr(agent, "checkout", lambda *_args, **_options: "c" * 40)
+    monkeypatch.setattr(sources, "checkout", lambda *_args, **_options: "c" * 40)
     started = agent._now()  # noqa: SLF001
     ran = failed_outcome("up", ErrorKind.UPDATE_FAILED, "x", started, started)
     assert agent.with_checkout_seconds(ran).seconds == {}  # no checkout ran: nothing added
@@ -426,8 +436,8 @@ def _no_runner(_environ: object) -> object:
 @pytest.mark.parametrize(
     ("layout", "failing"),
     [
-        ({"repo": "https://git.example/r.git", "commit": "c" * 40}, "checkout"),
-        ({"artifact": {"url": "http://sc/a.tar.gz", "digest": "sha256:" + "a" * 64}}, "fetch"),
+        (GIT, "checkout"),
+        (FluxArtifact("http://sc/a.tar.gz", "sha256:" + "a" * 64, "latest@sha256:aa"), "fetch"),
     ],
     ids=["git", "flux-artifact"],
 )
@@ -442,7 +452,7 @@ def _no_runner(_environ: object) -> object:
     ids=str,
 )
 def test_a_source_that_cannot_be_laid_out_is_reported_typed(
-    monkeypatch: pytest.MonkeyPatch, layout: dict[str, Any], failing: str, err: SourceError
+    monkeypatch: pytest.MonkeyPatch, layout: ProgramSource, failing: str, err: SourceError
 ) -> None:
     """``SOURCE_FAILED`` with the source layer's failure and transience, in its own words.
 
@@ -452,9 +462,8 @@ def test_a_source_that_cannot_be_laid_out_is_reported_typed(
     def fail(*_args: object, **_options: object) -> None:
         raise err
 
-    monkeypatch.setattr(agent, "checkout" if failing == "checkout" else "fetch_artifact", fail)
-    job = {k: v for k, v in {**JOB, **layout}.items() if k != "repo" or "artifact" not in layout}
-    environ = environment(PSO_JOB=json.dumps(job))
+    monkeypatch.setattr(sources, "checkout" if failing == "checkout" else "fetch_artifact", fail)
+    environ = environment(PSO_JOB=dataclasses.replace(JOB, source=layout).encode())
     failed = agent._checkout(AgentJob.from_environment(environ), agent._now())  # noqa: SLF001
     assert failed is not None
     assert failed.error is ErrorKind.SOURCE_FAILED
@@ -469,7 +478,8 @@ def test_a_program_directory_not_in_the_source_is_reported_typed(
     monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
     monkeypatch.setattr(agent, "SOURCE", tmp_path / "source")
     (tmp_path / "source").mkdir()
-    environ = environment(PSO_JOB=json.dumps({**JOB, "repoDir": "missing"}))
+    missing = dataclasses.replace(GIT, dir="missing")
+    environ = environment(PSO_JOB=dataclasses.replace(JOB, source=missing).encode())
     outcome = agent.run(AgentJob.from_environment(environ), environ, threading.Event())
     assert outcome.error is ErrorKind.SOURCE_FAILED
     assert outcome.source == SourceFault(None)

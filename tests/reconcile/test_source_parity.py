@@ -21,6 +21,7 @@ from pulumi_stack_operator import agent
 from pulumi_stack_operator.agent import AgentJob
 from tests.reconcile.stack_harness import Harness
 from workspace.runner import ErrorKind, Outcome, PodRunner, outcome_line, parse_line
+from workspace.runner.document import GitCheckout, JobDocument
 from workspace.source import ProgramDirError, SourceError, SourceFailure
 
 
@@ -81,7 +82,7 @@ def job_taking(tmp_path: Path, err: SourceError | ProgramDirError) -> Harness:
 
 def reported(err: SourceError | ProgramDirError) -> Outcome:
     """The outcome the agent prints for ``err``, as the operator reads it off its line."""
-    job = AgentJob({}, "up", {})
+    job = AgentJob(JobDocument(GitCheckout("https://git.example/r.git", "c" * 40), "dev"), "up", {})
     line = outcome_line(agent.source_failed(job, datetime(2026, 1, 1, tzinfo=UTC), err))
     read = parse_line(line)
     assert isinstance(read, Outcome)

@@ -8,9 +8,9 @@ that ends without an outcome is ``RunnerFailed``, retried with backoff.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -30,6 +30,7 @@ from tests.reconcile.test_stack_sources import (
     program,
 )
 from workspace.runner import Detached, ErrorKind, PodRunner, RunnerTraits
+from workspace.runner.document import FluxArtifact, JobDocument, RenderedProject, ValueRef
 
 SECRET = {"type": "Secret", "secret": {"name": "creds", "key": "token"}}
 LITERAL = {"type": "Literal", "literal": {"value": "plain"}}
@@ -65,9 +66,12 @@ def test_the_request_carries_references_and_no_secret_value(tmp_path: Path) -> N
     assert job.service_account == "deployer"
     [variable] = job.secret_env  # one Secret key, used twice: one variable
     assert (variable.secret, variable.key) == ("creds", "token")
-    document = json.loads(job.document)
-    assert document["envRefs"] == {"TOKEN": {"env": variable.env}, "PLAIN": {"value": "plain"}}
-    assert document["secretConfig"] == {"apiKey": {"env": variable.env}}
+    document = JobDocument.decode(job.document)
+    assert document.env_refs == {
+        "TOKEN": ValueRef(env=variable.env),
+        "PLAIN": ValueRef(value="plain"),
+    }
+    assert document.secret_config == {"apiKey": ValueRef(env=variable.env)}
     assert "s3cr3t-value" not in repr(request) + job.document
     assert dict(request.env) == {}
     assert dict(request.secret_config) == {}
@@ -382,10 +386,9 @@ def test_a_run_pod_fetches_a_flux_artifact_itself(tmp_path: Path) -> None:
     h.reconcile()
     [request] = [request for name, request in h.runner.calls if name == "run"]
     assert request.job is not None
-    document = json.loads(request.job.document)
-    assert document["artifact"]["digest"] == "sha256:" + "ab" * 32
-    assert (document["dir"], document["commit"]) == ("app", f"main@sha1:{SHA}")
-    assert "repo" not in document
+    source = JobDocument.decode(request.job.document).source
+    digest = "sha256:" + "ab" * 32
+    assert source == FluxArtifact(ANY, digest, f"main@sha1:{SHA}", "app")
     assert h.source.fetches == [], "the operator never handles the program's files itself"
 
 
@@ -398,8 +401,9 @@ def test_a_run_pod_gets_a_rendered_program_and_keeps_its_pod_when_asked(tmp_path
     h.reconcile()
     [request] = [request for name, request in h.runner.calls if name == "run"]
     assert request.job is not None
-    document = json.loads(request.job.document)
-    assert "runtime: yaml" in document["project"]
+    source = JobDocument.decode(request.job.document).source
+    assert isinstance(source, RenderedProject)
+    assert "runtime: yaml" in source.project
     assert request.job.reclaim == "Retain"
 
 

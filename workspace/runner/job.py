@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+WORKSPACE = "/workspace"
+"""Where a run pod mounts its workspace volume (the checkout, homes, the run's files)."""
+SOURCE_DIR = "source"
+"""The directory of the workspace the program's source is laid out in."""
 SECRET_ENV_PREFIX = "PSO_SECRET_"  # noqa: S105 - a variable name prefix
 """Names of the run container's variables that the kubelet fills from Secrets."""
 GIT_ENV_PREFIX = "PSO_GIT_"
@@ -36,7 +40,8 @@ class RunJob:
 
     ``namespace``/``stack_name``/``stack_uid``/``generation``/``commit`` identify the Stack
     and the generation the run is for (they become the pod's owner, labels and
-    annotations). ``document`` is the agent's job (JSON, no secret values); ``secret_env``
+    annotations). ``document`` is the agent's job (an encoded ``JobDocument``: no secret
+    values); ``secret_env``
     the run container's variables the kubelet fills, ``git_env`` the checkout container's
     (the git credentials, which the program never gets). ``security_profile``, ``image``,
     ``image_pull_policy`` and ``overrides`` are the Stack's validated ``workspaceTemplate``
@@ -63,11 +68,6 @@ class RunJob:
     timeout: float = 7200.0
     changed_at: datetime | None = None
     reclaim: str = "Delete"
-
-    def job(self) -> dict[str, Any]:
-        """The agent's job, decoded (a fresh dict)."""
-        decoded: dict[str, Any] = json.loads(self.document)
-        return decoded
 
     def template(self) -> dict[str, Any]:
         """The workspaceTemplate overrides, decoded (a fresh dict)."""

@@ -40,11 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
-from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv
+from workspace.runner.job import ENV_SOURCES, WORKSPACE, EnvSources, RunJob, SecretEnv
 
 CONTAINER = "pulumi"
 CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
-WORKSPACE = "/workspace"
 UID = 65532
 GRACE_MARGIN = 5  # seconds a pod's grace exceeds the CLI's interrupt grace (the agent's exit)
 MANAGED_BY = "pulumi-stack-operator"

@@ -20,6 +20,7 @@ from tests.workspace.runner.test_agentenv import GIT_PASSWORD, PASSPHRASE, FakeC
 from workspace.runner import ErrorKind, Outcome, Progress, RunJob, SecretEnv, UpdateRequest
 from workspace.runner.agenthost import AgentRunner
 from workspace.runner.channel import outcome_line, progress_line
+from workspace.runner.document import JobDocument, RenderedProject, ValueRef
 from workspace.runner.local import CliBinary
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -254,16 +255,13 @@ def test_the_real_agent_runs_a_rendered_program_on_the_real_cli(
     tmp_path: Path, pulumi_env: PulumiEnv
 ) -> None:
     """A rendered Program through the real agent and CLI on a file backend."""
-    document = {
-        "project": PROJECT,
-        "commit": "r1",
-        "stack": "dev",
-        "env": {"PULUMI_BACKEND_URL": pulumi_env.backend_url},
-        "envRefs": {"PULUMI_CONFIG_PASSPHRASE": {"env": "PSO_SECRET_0"}},
-        "config": {},
-        "secretConfig": {},
-        "message": "round trip",
-    }
+    document = JobDocument(
+        source=RenderedProject(PROJECT, "r1"),
+        stack="dev",
+        env={"PULUMI_BACKEND_URL": pulumi_env.backend_url},
+        env_refs={"PULUMI_CONFIG_PASSPHRASE": ValueRef(env="PSO_SECRET_0")},
+        message="round trip",
+    )
     job = RunJob(
         namespace="ns",
         stack_name="app",
@@ -271,7 +269,7 @@ def test_the_real_agent_runs_a_rendered_program_on_the_real_cli(
         generation=1,
         commit="r1",
         service_account="default",
-        document=json.dumps(document),
+        document=document.encode(),
         secret_env=(SecretEnv("PSO_SECRET_0", "pulumi-secrets", "passphrase"),),
     )
     cli: CliBinary = Cli(str(pulumi_env.bin_dir / "pulumi"))
