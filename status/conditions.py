@@ -30,7 +30,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from status.text import truncate
+from controller.text import truncate
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 ORDER = (STALLED, RECONCILING, READY)

@@ -31,8 +31,8 @@ import datetime
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from controller.text import truncate
 from status.eventref import ObjectRef
-from status.text import truncate
 
 MAX_MESSAGE = 1024
 """Longest Event message, in UTF-8 bytes (so also in characters); longer ones are cut."""

@@ -23,7 +23,7 @@ ones queue up). Other answers are not retried. Each request times out after
 ``REQUEST_TIMEOUT`` (10 s). An event that still fails is logged and dropped.
 
 Guarantees: ``post()`` never raises and never waits for the apiserver. Posts from one thread
-are written in order. Messages are plain text (``status.text.plain``: no terminal codes)
+are written in order. Messages are plain text (``controller.text.plain``: no terminal codes)
 cut to 1024 bytes of UTF-8 (so also 1024 characters), reason, action and reporting instance
 to 128. Every write carries the recorder's field manager (``fieldManager``). The Event lives
 in the object's namespace (``default`` for cluster-scoped objects), its timestamps are aware
@@ -60,9 +60,9 @@ from controller.clock import Clock, RealClock
 from controller.coreapi import CoreApi
 from controller.failures import CLIENT_FAILURES, FailureStreak
 from controller.retry import is_transient
+from controller.text import plain, truncate
 from status.correlator import EventCorrelator, Occurrence, Write, truncate_message
 from status.eventref import ObjectRef
-from status.text import plain, truncate
 
 log = structlog.get_logger(__name__)
 

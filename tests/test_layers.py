@@ -1,8 +1,9 @@
 """The packages import each other in one direction only, read from the source with ``ast``.
 
-``controller`` is generic machinery for any resource, ``status`` writes and reports status
-with it, ``workspace`` (the workspace engine: runners, sources, processes) runs a program's
-operations knowing nothing of Stacks, ``reconcile`` reconciles Stacks with all three, and
+``controller`` is generic machinery for any resource (and the text rules every message
+keeps), ``status`` writes and reports status with it, ``workspace`` (the workspace engine:
+runners, sources, processes) runs a program's operations knowing nothing of Stacks or their
+status, ``reconcile`` reconciles Stacks with all three, and
 ``pulumi_stack_operator`` (the composition root) wires them together. A lower layer never
 imports a higher one, not even lazily inside a function. Shipped code imports neither the test
 bed (``testbed``) nor the test suite; the test bed, ``bench`` and ``hack`` use ``testbed`` and
@@ -25,7 +26,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
         {"status", "workspace", "reconcile", "pulumi_stack_operator", "testbed", "tests"}
     ),
     "status": frozenset({"workspace", "reconcile", "pulumi_stack_operator", "testbed", "tests"}),
-    "workspace": frozenset({"reconcile", "pulumi_stack_operator", "testbed", "tests"}),
+    "workspace": frozenset({"status", "reconcile", "pulumi_stack_operator", "testbed", "tests"}),
     "reconcile": frozenset({"pulumi_stack_operator", "testbed", "tests"}),
     "pulumi_stack_operator": frozenset({"testbed", "tests"}),
 }

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from status.text import truncate
+from controller.text import truncate
 from workspace import process
 from workspace.runner import project as projects
 from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError

@@ -8,7 +8,7 @@ nothing else of the operator's (``KUBERNETES_*``, ``KUBECONFIG``, ``PSO_*``, tok
 reaches the CLI or the programs it runs. ``stop`` interrupts a command the way Ctrl-C
 does (SIGINT; after the grace, SIGKILL of the CLI and all its plugins), and a command
 does not start once ``stop`` is set, unless it is short bookkeeping that must complete.
-A command's output comes back as plain text, without terminal codes (``status.text.plain``).
+A command's output comes back as plain text, without terminal codes (``controller.text.plain``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import structlog
 
 from controller.clock import Clock, RealClock
-from status.text import plain
+from controller.text import plain
 from workspace import process
 
 log = structlog.get_logger(__name__)
@@ -140,7 +140,7 @@ class Cli:
     ) -> process.Completed:
         """Run ``pulumi <args>``; its result, or ``CliError`` on a non-zero exit.
 
-        The result's output is plain text (``status.text.plain``): the CLI runs with
+        The result's output is plain text (``controller.text.plain``): the CLI runs with
         ``--color never`` where it takes it, but prints what a language host or plugin
         wrote, colours included.
 

@@ -20,7 +20,7 @@ program's errors itself and bailed (YAML's type errors: on stdout, inside the di
   it moved first.
 
 When nothing is left (the output was all display and warnings), ``error_text`` is empty and
-the caller says what else it has. The output is expected plain (``status.text.plain``: the
+the caller says what else it has. The output is expected plain (``controller.text.plain``: the
 CLI prints a language host's colours as it got them).
 """
 

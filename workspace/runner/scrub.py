@@ -39,7 +39,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 
-from status.text import plain
+from controller.text import plain
 from workspace.runner.job import could_be_secret
 from workspace.runner.types import MASK, UpdateRequest
 
@@ -99,7 +99,7 @@ class Scrubber:
         self._pattern = _alternatives(values)
 
     def scrub(self, text: str) -> str:
-        """``text`` as plain text (``status.text.plain``), secret values and shapes replaced.
+        """``text`` as plain text (``controller.text.plain``), secret values and shapes replaced.
 
         Every text of a program that reaches a message or a log line passes here, so this
         is also where terminal codes leave it (before masking: a colour code inside a

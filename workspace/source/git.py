@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from controller.clock import Clock
-from status.text import truncate
+from controller.text import truncate
 from workspace import process
 from workspace.process import REAL_CLOCK, Completed
 from workspace.source.errors import (
@@ -100,7 +100,7 @@ def summary(stderr: str) -> str:
     """The last ``SUMMARY_LINES`` lines of git's stderr on one line, its last ``SUMMARY_BYTES``.
 
     The end is kept, not the start: git's last line says what finally failed. Characters are
-    never split (``status.text.truncate`` cuts the reversed text).
+    never split (``controller.text.truncate`` cuts the reversed text).
     """
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     joined = "; ".join(lines[-SUMMARY_LINES:])

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from status.text import plain
+from controller.text import plain
 from workspace.source.credentials import MASK, GitCredentials
 from workspace.source.errors import SourceError, SourceFailure
 

@@ -2,7 +2,7 @@
 
 The recordings in ``cli_output/`` are real: the runner's failing ``pulumi up`` (and
 ``preview``) with the test bed's CLI, as ``Cli`` received it (raw, before
-``status.text.plain``), with the flags the runner passes (``args``). ``yaml_type_errors_*``
+``controller.text.plain``), with the flags the runner passes (``args``). ``yaml_type_errors_*``
 is a YAML program with the deprecated ``configuration:`` block and two type errors: the
 YAML language host prints its warning and errors in colour (whatever the CLI's
 ``--color``) and bails, so the engine sends no error diagnostic and the message comes from
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from status.text import plain
+from controller.text import plain
 from workspace.runner.display import error_text
 from workspace.runner.failures import Phase, classify
 from workspace.runner.types import ErrorKind

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from status.text import plain, truncate
+from controller.text import plain, truncate
 
 
 @pytest.mark.parametrize(
