@@ -290,7 +290,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
         source=GitSource(),
         clock=context.clock,
         interrupts=interrupts,
-        accounts=ServiceAccountReader(context.api_client) if cfg.runner == "pod" else None,
+        accounts=ServiceAccountReader(context.api_client) if runner.traits.in_pods else None,
         objects=sources,
     )
     return StackReconciler(parts, settings(cfg, context, work_root, runner.traits))
