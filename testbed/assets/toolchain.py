@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -61,13 +63,18 @@ class Go:
         """Run ``go args…`` in ``cwd``; its stdout."""
         log("go " + " ".join(args))
         env = {**self.env(), **(extra_env or {})}
-        proc = subprocess.run(
-            ["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            msg = f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}"
-            raise AssetError(msg)
-        return proc.stdout
+        for wait in (*RETRY_WAITS, None):
+            proc = subprocess.run(
+                ["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+            )
+            if proc.returncode == 0:
+                return proc.stdout
+            if wait is None or not network_failure(proc.stderr):
+                break
+            log(f"go {args[0]}: the network failed; trying again in {wait:.0f} s")
+            time.sleep(wait)  # a backoff before a retry, not a synchronisation
+        msg = f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}"
+        raise AssetError(msg)
 
     def download(
         self,
@@ -87,6 +94,21 @@ class Go:
         """The go.mod file ``gomod`` as ``go mod edit -json`` reads it."""
         result: dict[str, object] = json.loads(self.run(["mod", "edit", "-json", gomod], cwd))
         return result
+
+
+RETRY_WAITS = (5.0, 20.0)
+"""Seconds before each retry of a go command that failed on the network (then it fails)."""
+_NETWORK = re.compile(
+    r"i/o timeout|dial tcp|connection (?:reset|refused)|TLS handshake timeout"
+    r"|server misbehaving|temporary failure in name resolution|unexpected EOF"
+    r"|502 Bad Gateway|503 Service Unavailable|504 Gateway Timeout",
+    re.IGNORECASE,
+)
+
+
+def network_failure(stderr: str) -> bool:
+    """Whether go's ``stderr`` says the module proxy could not be reached (worth a retry)."""
+    return _NETWORK.search(stderr) is not None
 
 
 def installed_version(go: str) -> str:

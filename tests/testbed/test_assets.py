@@ -20,6 +20,7 @@ from testbed.assets import (
     find_flux_crds,
     find_kube_binary,
     find_pulumi,
+    toolchain,
 )
 from testbed.assets.cli import main
 from testbed.assets.lookup import RECIPES, env_name
@@ -142,3 +143,43 @@ def test_the_command_fails_with_the_reason(
         err
         == f"hack/test-assets: TEST_ASSET_ETCD={tmp_path / 'absent'} is not an executable file\n"
     )
+
+
+def _fake_go(tmp_path: Path, failures: int, stderr: str) -> Path:
+    """A ``go`` that fails ``failures`` times with ``stderr``, then prints ``ok``; its log."""
+    calls = tmp_path / "calls"
+    script = tmp_path / "bin" / "go"
+    script.parent.mkdir()
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -le {failures} ]; then echo "{stderr}" >&2; exit 1; fi\n'
+        "echo ok\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("stderr", "runs", "succeeds"),
+    [
+        ("dial tcp: lookup proxy.golang.org: i/o timeout", 2, True),
+        ("go: module example.com/x: reading 504 Gateway Timeout", 2, True),
+        ("go: example.com/x@v9: invalid version: unknown revision v9", 1, False),
+    ],
+    ids=["dns-timeout", "proxy-5xx", "not-the-network"],
+)
+def test_a_go_command_is_retried_only_when_the_network_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str, runs: int, *, succeeds: bool
+) -> None:
+    """One network failure costs a retry, not the cold run; any other failure stops at once."""
+    calls = _fake_go(tmp_path, 1, stderr)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.setattr(toolchain, "RETRY_WAITS", (0.0, 0.0))
+    go = toolchain.Go(cache=tmp_path / "cache", version="go1.26.8")
+    if succeeds:
+        assert go.run(["mod", "download"], tmp_path) == "ok\n"
+    else:
+        with pytest.raises(AssetError, match="unknown revision"):
+            go.run(["mod", "download"], tmp_path)
+    assert len(calls.read_text().splitlines()) == runs
