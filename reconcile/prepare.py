@@ -24,6 +24,7 @@ from reconcile import sources, tenancy
 from reconcile.collaborators import SecretSource, Source
 from reconcile.context import Inputs, Pass, Plan, Settings
 from reconcile.decide import NEW_GENERATION
+from reconcile.resource import GROUP, KIND, VERSION
 from reconcile.sources import Revision, SourceObjects
 from reconcile.spec import GitAuth, ResourceRef, StackSpec
 from workspace.runner import RunJob, SecretEnvNames, UpdateRequest
@@ -35,7 +36,7 @@ from workspace.runner.document import (
     RenderedProject,
     ValueRef,
 )
-from workspace.runner.job import GIT_ENV_PREFIX, SOURCE_DIR, WORKSPACE
+from workspace.runner.job import GIT_ENV_PREFIX, SOURCE_DIR, WORKSPACE, Owner
 from workspace.runner.layout import lay_out, program_in
 from workspace.source import GitCredentials
 
@@ -220,8 +221,9 @@ class Preparer:
         workspace = spec.workspace
         return RunJob(
             namespace=at.key.namespace,
-            stack_name=at.key.name,
-            stack_uid=str(at.obj["metadata"].get("uid") or ""),
+            owner=Owner(
+                f"{GROUP}/{VERSION}", KIND, at.key.name, str(at.obj["metadata"].get("uid") or "")
+            ),
             generation=at.generation,
             commit=plan.observed.commit,
             service_account=spec.service_account_name,

@@ -57,7 +57,7 @@ def test_the_request_carries_references_and_no_secret_value(tmp_path: Path) -> N
     job = request.job
     assert job is not None
     assert h.source.checkouts == []
-    assert (job.namespace, job.stack_name, job.stack_uid, job.generation) == (
+    assert (job.namespace, job.owner.name, job.owner.uid, job.generation) == (
         KEY.namespace,
         KEY.name,
         "uid-1",

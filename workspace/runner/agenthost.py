@@ -195,7 +195,7 @@ class AgentRunner:
     def _workspace(self, job: RunJob) -> Path:
         """A fresh private directory (0700) for one run, with the pod's directories in it."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        prefix = f"{job.namespace}.{job.stack_name}."
+        prefix = f"{job.namespace}.{job.owner.name}."
         workspace = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
         for name in ("home", "tmp", SHARE):
             (workspace / name).mkdir(mode=0o700)
@@ -260,7 +260,7 @@ class AgentRunner:
         def on_stderr(line: str) -> None:
             text = scrubber.scrub(line)
             tail.append(text)
-            log.debug("agent", stack=f"{at.job.namespace}/{at.job.stack_name}", line=text)
+            log.debug("agent", stack=f"{at.job.namespace}/{at.job.owner.name}", line=text)
 
         proc = subprocess.Popen(
             argv,

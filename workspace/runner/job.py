@@ -35,26 +35,39 @@ class SecretEnv:
 
 
 @dataclass(frozen=True, slots=True)
-class RunJob:
-    """One Stack's run as a pod: who it runs as, where, and what it does.
+class Owner:
+    """The object a run is for, as its run pod's owner reference names it.
 
-    ``namespace``/``stack_name``/``stack_uid``/``generation``/``commit`` identify the Stack
-    and the generation the run is for (they become the pod's owner, labels and
+    The runner knows nothing else of it: the run pod is named after ``name``, labelled
+    with ``uid`` (how the runner finds its pods again) and owned by it (garbage collected
+    with it).
+    """
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """One run as a pod: who it runs as, where, and what it does.
+
+    ``namespace``/``owner``/``generation``/``commit`` identify the object and the
+    generation the run is for (they become the pod's name, owner, labels and
     annotations). ``document`` is the agent's job (an encoded ``JobDocument``: no secret
-    values); ``secret_env``
-    the run container's variables the kubelet fills, ``git_env`` the checkout container's
-    (the git credentials, which the program never gets). ``security_profile``, ``image``,
-    ``image_pull_policy`` and ``overrides`` are the Stack's validated ``workspaceTemplate``
-    (``overrides`` as canonical JSON). ``timeout`` is the run's deadline in seconds;
-    ``changed_at`` when the spec change this run is for was written (None: not a spec
-    change). ``reclaim`` is the Stack's ``workspaceReclaimPolicy``: ``"Delete"`` deletes
+    values); ``secret_env`` the run container's variables the kubelet fills, ``git_env``
+    the checkout container's (the git credentials, which the program never gets).
+    ``security_profile``, ``image``, ``image_pull_policy`` and ``overrides`` are the
+    owner's validated ``workspaceTemplate`` (``overrides`` as canonical JSON).
+    ``timeout`` is the run's deadline in seconds; ``changed_at`` when the spec change this
+    run is for was written (None: not a spec change). ``reclaim``: ``"Delete"`` deletes
     the run pod once its outcome is in, ``"Retain"`` keeps a finished one (its log stays
-    readable) until the Stack's next run or the Stack's deletion.
+    readable) until the owner's next run or its deletion.
     """
 
     namespace: str
-    stack_name: str
-    stack_uid: str
+    owner: Owner
     generation: int
     commit: str
     service_account: str

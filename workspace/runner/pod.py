@@ -196,7 +196,7 @@ class PodRunner:
         report = on_progress or (lambda _progress: None)
         stopping = stop or threading.Event()
         if podstate.is_run(pod, job, operation):
-            log.info("Attaching to the Stack's run pod", pod=podspec.pod_name(job.stack_name))
+            log.info("Attaching to the Stack's run pod", pod=podspec.pod_name(job.owner.name))
             return self._run(self._follow(job, pod, operation), report, stopping)
         cleared = self._clear(job, pod, operation, stopping)
         return cleared if isinstance(cleared, Detached) else None
@@ -413,7 +413,7 @@ def refusal(job: RunJob, err: ApiException) -> str:
     """The message of a run pod the API server refused to create: its words, and what to do."""
     text = _api_text(err)
     hint = next((h for fragment, h in REFUSALS.items() if fragment in text), None)
-    pod = f"{job.namespace}/{podspec.pod_name(job.stack_name)}"
+    pod = f"{job.namespace}/{podspec.pod_name(job.owner.name)}"
     message = f"creating the run pod {pod} failed: {text}"
     return f"{message}; {hint}" if hint else message
 

@@ -68,7 +68,7 @@ class PodApi:
         """The Stack's run pod, or None when there is none."""
         try:
             return self.core.read_namespaced_pod(
-                podspec.pod_name(job.stack_name), job.namespace, _request_timeout=API_TIMEOUT
+                podspec.pod_name(job.owner.name), job.namespace, _request_timeout=API_TIMEOUT
             )
         except ApiException as err:
             if err.status == 404:
@@ -91,7 +91,7 @@ class PodApi:
             body["gracePeriodSeconds"] = int(grace) + 5
         try:
             self.core.delete_namespaced_pod(
-                podspec.pod_name(job.stack_name),
+                podspec.pod_name(job.owner.name),
                 job.namespace,
                 body=body,
                 _request_timeout=API_TIMEOUT,
@@ -114,7 +114,7 @@ class PodApi:
         ]
         try:
             self.core.patch_namespaced_pod(
-                podspec.pod_name(job.stack_name),
+                podspec.pod_name(job.owner.name),
                 job.namespace,
                 patch,
                 field_manager=self.field_manager,
@@ -151,7 +151,7 @@ class PodApi:
         load balancer dropped is noticed, and the pod is looked at again.
         """
         return self.core.read_namespaced_pod_log(
-            podspec.pod_name(job.stack_name),
+            podspec.pod_name(job.owner.name),
             job.namespace,
             container=podspec.CONTAINER,
             follow=True,
@@ -166,7 +166,7 @@ class PodApi:
         """
         return self.core.list_namespaced_pod(
             job.namespace,
-            field_selector=f"metadata.name={podspec.pod_name(job.stack_name)}",
+            field_selector=f"metadata.name={podspec.pod_name(job.owner.name)}",
             watch=True,
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_SECONDS,
@@ -261,7 +261,7 @@ class PodChanges:
     def _stream(self, since: str) -> str:
         """Publish the watch's events; the resourceVersion to go on from ("" to re-read)."""
         response = self._api.watch(self._job, since)
-        self._streak.succeeded(pod=podspec.pod_name(self._job.stack_name))
+        self._streak.succeeded(pod=podspec.pod_name(self._job.owner.name))
         with self._changed:
             self._response = response
             closed = self._closed
@@ -295,7 +295,7 @@ class PodChanges:
         except Exception as err:  # noqa: BLE001 - the next watch tries again
             self._failed(err)
             return ""
-        self._streak.succeeded(pod=podspec.pod_name(self._job.stack_name))
+        self._streak.succeeded(pod=podspec.pod_name(self._job.owner.name))
         if pod is None:
             self._publish(None)
             return ""  # watching from "now" reports it if it comes back
@@ -304,7 +304,7 @@ class PodChanges:
 
     def _failed(self, err: Exception) -> None:
         """Log ``err`` (once per streak) and back off on the clock, or until closed."""
-        delay = self._streak.failed(err, pod=podspec.pod_name(self._job.stack_name))
+        delay = self._streak.failed(err, pod=podspec.pod_name(self._job.owner.name))
         with self._changed:
             deadline = self._clock.now() + delay
             while not self._closed and self._clock.now() < deadline:

@@ -80,13 +80,13 @@ class RunCaching:
     mirror: str | None = None
 
 
-def pod_name(stack_name: str) -> str:
-    """The run pod's name for the Stack ``stack_name`` (at most 63 characters)."""
-    name = f"{stack_name}-pulumi"
+def pod_name(owner: str) -> str:
+    """The run pod's name for the object named ``owner`` (at most 63 characters)."""
+    name = f"{owner}-pulumi"
     if len(name) <= _NAME_LIMIT:
         return name
-    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:10]
-    return f"{stack_name[:44].rstrip('-.')}-pulumi-{digest}"
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:10]
+    return f"{owner[:44].rstrip('-.')}-pulumi-{digest}"
 
 
 def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
@@ -134,25 +134,25 @@ def _metadata(job: RunJob, operation: str, template: dict[str, Any]) -> dict[str
         **template.get("labels", {}),
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_COMPONENT: COMPONENT,
-        LABEL_STACK_UID: job.stack_uid,
+        LABEL_STACK_UID: job.owner.uid,
     }
     annotations = {
         **template.get("annotations", {}),
-        ANNOTATION_STACK: job.stack_name,
+        ANNOTATION_STACK: job.owner.name,
         ANNOTATION_GENERATION: str(job.generation),
         ANNOTATION_COMMIT: job.commit,
         ANNOTATION_OPERATION: operation,
     }
     owner = {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "name": job.stack_name,
-        "uid": job.stack_uid,
+        "apiVersion": job.owner.api_version,
+        "kind": job.owner.kind,
+        "name": job.owner.name,
+        "uid": job.owner.uid,
         "controller": True,
         "blockOwnerDeletion": False,
     }
     return {
-        "name": pod_name(job.stack_name),
+        "name": pod_name(job.owner.name),
         "namespace": job.namespace,
         "labels": labels,
         "annotations": annotations,

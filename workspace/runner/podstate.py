@@ -90,7 +90,7 @@ def is_operators(pod: Pod) -> bool:
 
 def is_stacks(pod: Pod, job: RunJob) -> bool:
     """Whether the pod is a run pod of ``job``'s Stack (any generation or operation)."""
-    return is_operators(pod) and labels(pod).get(podspec.LABEL_STACK_UID) == job.stack_uid
+    return is_operators(pod) and labels(pod).get(podspec.LABEL_STACK_UID) == job.owner.uid
 
 
 def is_run(pod: Pod, job: RunJob, operation: str) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from workspace.runner.agentenv import Caching, MissingValueError, Values, step_envs
-from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv
+from workspace.runner.job import ENV_SOURCES, EnvSources, Owner, RunJob, SecretEnv
 
 GIT_PASSWORD = "git-password-value"  # noqa: S105 - a test value
 PASSPHRASE = "passphrase-value"  # noqa: S105 - a test value
@@ -49,8 +49,7 @@ def a_job(template: dict[str, Any] | None = None) -> RunJob:
     """A job with one git credential and one run Secret value."""
     return RunJob(
         namespace="ns",
-        stack_name="app",
-        stack_uid="uid",
+        owner=Owner("pulumi.com/v1", "Stack", "app", "uid"),
         generation=1,
         commit="abc",
         service_account="default",

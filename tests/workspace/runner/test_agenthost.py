@@ -21,6 +21,7 @@ from workspace.runner import ErrorKind, Outcome, Progress, RunJob, SecretEnv, Up
 from workspace.runner.agenthost import AgentRunner
 from workspace.runner.channel import outcome_line, progress_line
 from workspace.runner.document import JobDocument, RenderedProject, ValueRef
+from workspace.runner.job import Owner
 from workspace.runner.local import CliBinary
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -85,8 +86,7 @@ def a_request(template: dict[str, Any] | None = None, **fields: Any) -> UpdateRe
     """An ``up`` request with a job naming one git credential and one run Secret."""
     job = RunJob(
         namespace="ns",
-        stack_name="app",
-        stack_uid="uid",
+        owner=Owner("pulumi.com/v1", "Stack", "app", "uid"),
         generation=1,
         commit="abc",
         service_account="default",
@@ -264,8 +264,7 @@ def test_the_real_agent_runs_a_rendered_program_on_the_real_cli(
     )
     job = RunJob(
         namespace="ns",
-        stack_name="app",
-        stack_uid="uid",
+        owner=Owner("pulumi.com/v1", "Stack", "app", "uid"),
         generation=1,
         commit="r1",
         service_account="default",

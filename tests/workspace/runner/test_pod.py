@@ -37,14 +37,14 @@ from workspace.runner import (
     UpdateRequest,
 )
 from workspace.runner.channel import outcome_line, progress_line
+from workspace.runner.job import Owner
 from workspace.runner.podapi import PodChanges
 from workspace.runner.podspec import ANNOTATION_CONCLUDED, run_pod
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 JOB = RunJob(
     namespace="team",
-    stack_name="web",
-    stack_uid="uid-1",
+    owner=Owner("pulumi.com/v1", "Stack", "web", "uid-1"),
     generation=2,
     commit="c" * 40,
     service_account="default",

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
+from workspace.runner.job import Owner
 from workspace.runner.podspec import AGENT_COMMAND, RunCaching, pod_name, run_pod
 
 
@@ -15,8 +16,7 @@ def job(**fields: Any) -> RunJob:
     """A job of Stack ``team/web`` generation 3, changed by ``fields``."""
     base: dict[str, Any] = {
         "namespace": "team",
-        "stack_name": "web",
-        "stack_uid": "uid-1",
+        "owner": Owner("pulumi.com/v1", "Stack", "web", "uid-1"),
         "generation": 3,
         "commit": "c" * 40,
         "service_account": "deployer",
