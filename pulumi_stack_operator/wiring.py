@@ -49,7 +49,7 @@ from reconcile.policy import Policy
 from reconcile.refs import SecretReader
 from reconcile.stack import GROUP, PLURAL, VERSION, Settings, StackReconciler
 from status.events import EventRecorder
-from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics
+from status.metrics import MetricsHandler, RunPodMetrics, StackMetrics, Vocabulary
 from status.writer import StatusWriter
 from workspace.runner import (
     DEFAULT_INTERRUPT_GRACE,
@@ -58,11 +58,18 @@ from workspace.runner import (
     RunCaching,
     Runner,
     RunnerTraits,
+    vocabulary,
 )
 from workspace.runner.agentenv import Caching
 from workspace.runner.agenthost import AgentRunner
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
+RUNNER_VOCABULARY = Vocabulary(
+    install_kinds=vocabulary.INSTALL_KINDS,
+    caches=vocabulary.CACHES,
+    pod_failure_reasons=vocabulary.POD_FAILURE_REASONS,
+)
+"""The runners' words the metrics are labelled by (``workspace.runner.vocabulary``)."""
 
 
 def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:
@@ -85,7 +92,7 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     """The ``pod`` runner: run pods of ``--run-image``, else of the operator's own image."""
     del plugin_store
     image = cfg.run_image or own_image(context.api_client, os.environ)
-    metrics = RunPodMetrics(context.registry)
+    metrics = RunPodMetrics(context.registry, RUNNER_VOCABULARY)
     caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
     return PodRunner(
         context.api_client,
@@ -232,7 +239,7 @@ def new_stack_reconciler(context: ManagerContext, cfg: OperatorConfig) -> StackR
     # their Pulumi.yaml names a virtualenv.
     os.environ.setdefault("PULUMI_PYTHON_CMD", sys.executable)
     os.environ.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
-    metrics = StackMetrics(context.registry)
+    metrics = StackMetrics(context.registry, RUNNER_VOCABULARY)
     context.handlers.append(MetricsHandler(metrics))
     writer = StatusWriter(
         context.api_client,

@@ -22,6 +22,7 @@ series start at zero so that ``rate()`` works from the first scrape. Status cont
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,19 +41,32 @@ DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
 RECONCILE_RESULTS = ("success", "error", "requeue_after")
 UPDATE_RESULTS = ("succeeded", "failed", "interrupted", "conflict")
 OPERATIONS = ("up", "preview", "refresh", "destroy")
-# What the dependency metrics are by: the runtimes whose dependencies are installed, and
-# the plugin step. Installs take seconds to tens of minutes.
-INSTALL_KINDS = ("nodejs", "python", "go", "plugins")
 INSTALL_RESULTS = ("succeeded", "failed")
+# Installs take seconds to tens of minutes.
 INSTALL_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
-CACHES = ("environments", "downloads", "plugins")
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """The runner's words the metrics are labelled by, given by whoever wires them.
+
+    ``install_kinds``: what installs are counted by (the runtimes whose dependencies are
+    installed, and the plugin step); ``caches``: the parts of the dependency cache whose
+    bytes are kept (any other name a report gives is dropped: a run pod's report must
+    not grow the label set); ``pod_failure_reasons``: the run pods' failure reasons that
+    start at zero. Each family's common series exist from the start, at zero.
+    """
+
+    install_kinds: tuple[str, ...] = ()
+    caches: tuple[str, ...] = ()
+    pod_failure_reasons: tuple[str, ...] = ()
 
 
 class StackMetrics:
     """The ``pulumi_stack_*`` families; see the module docstring."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        """Register every family in ``registry``."""
+    def __init__(self, registry: CollectorRegistry, vocabulary: Vocabulary) -> None:
+        """Register every family in ``registry``, labelled in the runner's ``vocabulary``."""
         self.series = StackSeries(registry)
         self.transitions = Counter(
             "pulumi_stack_condition_transitions",
@@ -81,7 +95,7 @@ class StackMetrics:
             ["operation", "change"],
             registry=registry,
         )
-        self.dependencies = DependencyMetrics(registry)
+        self.dependencies = DependencyMetrics(registry, vocabulary)
         self._zero()
 
     def _zero(self) -> None:
@@ -178,8 +192,9 @@ class DependencyMetrics:
     pod runner, ``""`` for the local runner's one cache; set after each install.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, vocabulary: Vocabulary) -> None:
         """Register the families in ``registry``; the kinds' series start at zero."""
+        self._caches = frozenset(vocabulary.caches)
         self.hits = Counter(
             "pulumi_stack_dependency_cache_hits",
             "Runs whose program's dependencies (or plugins) were found installed, by kind.",
@@ -205,7 +220,7 @@ class DependencyMetrics:
             ["namespace", "cache"],
             registry=registry,
         )
-        for kind in INSTALL_KINDS:
+        for kind in vocabulary.install_kinds:
             self.hits.labels(kind)
             self.misses.labels(kind)
             for result in INSTALL_RESULTS:
@@ -223,7 +238,7 @@ class DependencyMetrics:
             result = "succeeded" if step.succeeded else "failed"
             self.install_duration.labels(step.kind, result).observe(step.seconds)
         for cache, size in cache_bytes.items():
-            if cache in CACHES:
+            if cache in self._caches:
                 self.cache_bytes.labels(namespace, cache).set(size)
 
 
@@ -340,17 +355,6 @@ class MetricsHandler:
 
 
 START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-POD_FAILURE_REASONS = (
-    "Deleted",
-    "Evicted",
-    "OOMKilled",
-    "DeadlineExceeded",
-    "Error",
-    "NotStarted",
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "CreateContainerConfigError",
-)
 
 
 class RunPodMetrics:
@@ -360,8 +364,8 @@ class RunPodMetrics:
     runner's reasons); the common ones start at zero.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        """Register the families in ``registry``."""
+    def __init__(self, registry: CollectorRegistry, vocabulary: Vocabulary) -> None:
+        """Register the families in ``registry``; the common reasons start at zero."""
         self.created = Counter(
             "pulumi_stack_run_pods_created",
             "Run pods the operator created (one per Pulumi operation).",
@@ -386,7 +390,7 @@ class RunPodMetrics:
             buckets=START_BUCKETS,
             registry=registry,
         )
-        for reason in POD_FAILURE_REASONS:
+        for reason in vocabulary.pod_failure_reasons:
             self.failed.labels(reason)
 
     def pod_created(self) -> None:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.cache import ObjectKey
+from pulumi_stack_operator.wiring import RUNNER_VOCABULARY
 from status import conditions as c
 from status.conditions import Reason
 from status.metrics import MetricsHandler, StackMetrics
@@ -45,7 +46,7 @@ def transitions(registry: CollectorRegistry, type_: str, status: str, reason: st
 def test_condition_gauge_has_exactly_one_current_status_per_type() -> None:
     """Ready Unknown + Reconciling True + absent Stalled read as one 1 per type."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     metrics.observe(stack(c.progressing({}, 1, "go", T0)))
     assert [condition(registry, "Ready", s) for s in ("True", "False", "Unknown")] == [0, 0, 1]
     assert condition(registry, "Reconciling", "True") == 1
@@ -55,7 +56,7 @@ def test_condition_gauge_has_exactly_one_current_status_per_type() -> None:
 def test_transitions_count_status_flips_only() -> None:
     """A reason or message change is not a transition; a status flip is, once."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     first = c.retrying({}, 1, Reason.UPDATE_FAILED, "a", "retry 1", T0)
     metrics.record_transitions({}, first)
     second = c.retrying(first, 1, Reason.UPDATE_FAILED, "b", "retry 2", T1)
@@ -70,7 +71,7 @@ def test_transitions_count_status_flips_only() -> None:
 def test_transition_series_exist_at_zero_from_the_start() -> None:
     """rate() works from the first scrape: documented label sets are pre-created."""
     registry = CollectorRegistry()
-    StackMetrics(registry)
+    StackMetrics(registry, RUNNER_VOCABULARY)
     assert transitions(registry, "Stalled", "True", "InvalidSpec") == 0
     text = generate_latest(registry).decode()
     for name in (
@@ -87,7 +88,7 @@ def test_transition_series_exist_at_zero_from_the_start() -> None:
 def test_deleting_a_stack_removes_its_series() -> None:
     """After on_delete no per-Stack series remain (not even zeros)."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     handler = MetricsHandler(metrics)
     obj = stack(c.succeeded({}, 1, "ok", T0), suspend=True)
     handler.on_add(obj)
@@ -102,7 +103,7 @@ def test_deleting_a_stack_removes_its_series() -> None:
 def test_updates_record_duration_and_resource_changes() -> None:
     """observe_update feeds the histogram and the change counter."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     metrics.observe_update("up", "succeeded", 3.0, {"create": 2, "same": 0})
     labels = {"operation": "up", "result": "succeeded"}
     assert registry.get_sample_value("pulumi_stack_update_duration_seconds_count", labels) == 1
@@ -113,7 +114,7 @@ def test_updates_record_duration_and_resource_changes() -> None:
 def test_duration_histograms_reach_hours_and_count_each_observation_once() -> None:
     """Buckets run from under a second to 4 h (Pulumi runs are long); one call, one sample."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     metrics.observe_reconcile("success", 5400.0)
     durations = ("pulumi_stack_reconcile_duration_seconds", "pulumi_stack_update_duration_seconds")
     histograms = [
@@ -138,7 +139,7 @@ def test_per_stack_series_carry_only_bounded_labels() -> None:
     Every reason label value is one of ``Reason`` (a closed set), so cardinality is bounded.
     """
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     status = c.stalled({}, 1, Reason.INVALID_SPEC, "spec.stack: not a stack name 'a b'", T0)
     metrics.observe(stack(status))
     metrics.record_transitions({}, status)
@@ -164,7 +165,7 @@ def last_success(registry: CollectorRegistry) -> float | None:
 def test_last_success_appears_with_the_first_success_and_outlives_a_failure() -> None:
     """No series before a success; its time after; a later failed update leaves it."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     metrics.observe(stack(c.progressing({}, 1, "go", T0)))
     assert last_success(registry) is None
     ok = {"lastUpdate": {"state": "succeeded", "lastResyncTime": T0.isoformat()}}
@@ -181,7 +182,7 @@ def test_last_success_appears_with_the_first_success_and_outlives_a_failure() ->
 def test_a_restricted_scrape_of_one_family_gets_every_stacks_series() -> None:
     """``/metrics?name[]=pulumi_stack_condition`` (a restricted registry) sees the rows."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     for name in ("a", "b"):
         obj = stack(c.succeeded({}, 1, "ok", T0))
         obj["metadata"]["name"] = name
@@ -197,7 +198,7 @@ def test_a_restricted_scrape_of_one_family_gets_every_stacks_series() -> None:
 def test_dependency_installs_count_hits_and_misses_and_time_the_misses() -> None:
     """A hit counts, a miss counts and is timed by result; the cache's bytes by trust domain."""
     registry = CollectorRegistry()
-    metrics = StackMetrics(registry)
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
     for kind in ("nodejs", "python", "go", "plugins"):
         assert (
             registry.get_sample_value("pulumi_stack_dependency_cache_hits_total", {"kind": kind})

@@ -32,13 +32,14 @@ from workspace.runner.deps.failures import permanence
 from workspace.runner.deps.installer import ticking
 from workspace.runner.deps.plugins import TOOL as PLUGIN_TOOL
 from workspace.runner.deps.plugins import PluginChecks, project_key
-from workspace.runner.deps.store import disk_usage
+from workspace.runner.deps.store import DOWNLOADS, disk_usage
 from workspace.runner.deps.tools import ToolStoppedError
 from workspace.runner.failures import StepFailedError
 from workspace.runner.project import Project
 from workspace.runner.scrub import Scrubber
 from workspace.runner.settings import RunnerSettings
 from workspace.runner.types import ErrorKind, InstallRecord, Progress
+from workspace.runner.vocabulary import ENVIRONMENTS, PLUGINS
 
 _UNKNOWN_COMMAND = re.compile(r"unknown (?:command|flag)")
 _PERMANENT_KINDS = {
@@ -112,8 +113,8 @@ class Installation:
             env["PATH"] = os.pathsep.join([*activation.path, rest])
         if prepared.usage is not None:
             self.cache_bytes |= {
-                "environments": prepared.usage.environments,
-                "downloads": prepared.usage.downloads,
+                ENVIRONMENTS: prepared.usage.environments,
+                DOWNLOADS: prepared.usage.downloads,
             }
         self.records.extend(prepared.records)
         return dataclasses.replace(context, env=env)
@@ -139,15 +140,15 @@ class Installation:
             self._plugins_failed(err, cli, started)
             return
         except CliStoppedError as err:
-            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+            raise StepFailedError(PLUGINS, ErrorKind.INTERRUPTED) from err
         checks.record(key)
         self._plugin_record(hit=False, started=started)
-        self.cache_bytes["plugins"] = disk_usage(self._plugin_store)
+        self.cache_bytes[PLUGINS] = disk_usage(self._plugin_store)
 
     def _plugin_record(self, *, hit: bool, started: float, succeeded: bool = True) -> None:
         seconds = self._clock.now() - started
         self.records.append(
-            InstallRecord("plugins", PLUGIN_TOOL, hit=hit, seconds=seconds, succeeded=succeeded)
+            InstallRecord(PLUGINS, PLUGIN_TOOL, hit=hit, seconds=seconds, succeeded=succeeded)
         )
 
     def _plugins_failed(self, err: CliError, cli: Cli, started: float) -> None:
@@ -157,8 +158,8 @@ class Installation:
             self._log.info("This CLI has no `pulumi install`; the engine installs plugins")
             return
         if cli.interrupted:
-            raise StepFailedError("plugins", ErrorKind.INTERRUPTED) from err
+            raise StepFailedError(PLUGINS, ErrorKind.INTERRUPTED) from err
         self._plugin_record(hit=False, started=started, succeeded=False)
         kind = _PERMANENT_KINDS[permanence(output)]
         text = self._scrubber.scrub(failure_message(f"installing plugins ({PLUGIN_TOOL})", output))
-        raise StepFailedError("plugins", kind, text) from err
+        raise StepFailedError(PLUGINS, kind, text) from err
