@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from testbed.git_http import Account, GitHttpServer
+from tests.e2e.beds import OFF_NODE
 from tests.e2e.conftest import (
     Operator,
     Program,
@@ -31,6 +32,10 @@ from tests.e2e.conftest import (
 from tests.e2e.waits import checkpoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+# What the run itself finds (its program, its stack, a refresh, a preview, a destroy) is
+# proven under both pod-less runners; git refusing the operator's own ls-remote is not a
+# run's: local only.
+off_node = pytest.mark.parametrize("runner", OFF_NODE)
 
 FINALIZER = "finalizer.stack.pulumi.com"
 RETRYING = "ProgressingWithRetry"
@@ -109,6 +114,7 @@ def ready_reason(obj: Mapping[str, Any]) -> str | None:
 # -- ProgramInvalid ------------------------------------------------------------------------
 
 
+@off_node
 def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -159,6 +165,7 @@ def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
 # -- StackNotFound -------------------------------------------------------------------------
 
 
+@off_node
 def test_use_local_stack_only_without_the_stack_stalls_until_it_is_dropped(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -212,6 +219,7 @@ def test_credentials_git_refuses_stall_until_the_secret_is_fixed(
 # -- RefreshDriftDetected ------------------------------------------------------------------
 
 
+@off_node
 def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -246,6 +254,7 @@ def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
 # -- PreviewFailed -------------------------------------------------------------------------
 
 
+@off_node
 def test_a_failing_preview_is_retried_until_the_spec_fixes_it(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -265,6 +274,7 @@ def test_a_failing_preview_is_retried_until_the_spec_fixes_it(
 # -- DeletionBlocked -----------------------------------------------------------------------
 
 
+@off_node
 def test_a_failing_destroy_blocks_deletion_until_fixed_or_abandoned(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
