@@ -17,6 +17,7 @@ from testbed.assets import find_pulumi
 from testbed.control_plane import ControlPlane
 from testbed.rbac import operator_kubeconfig
 from tests.conftest import PROGRAMS, fresh_namespace
+from tests.e2e.beds import OFF_NODE
 from tests.e2e.conftest import (
     E2E_FLAGS,
     Operator,
@@ -30,6 +31,9 @@ from tests.e2e.conftest import (
 from tests.status.invariants import StackWatcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+# A deadline stops the run through its runner, and a large outcome crosses the report
+# channel: proven under both pod-less runners.
+off_node = pytest.mark.parametrize("runner", OFF_NODE)
 
 
 def running(obj: dict[str, Any]) -> bool:
@@ -37,6 +41,7 @@ def running(obj: dict[str, Any]) -> bool:
     return bool(obj.get("status", {}).get("currentUpdate"))
 
 
+@off_node
 def test_a_run_past_its_deadline_is_interrupted_and_retried(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
@@ -67,6 +72,7 @@ def test_a_run_past_its_deadline_is_interrupted_and_retried(
 BIG_OUTPUT = 1_600_000
 
 
+@off_node
 def test_an_output_too_large_for_etcd_is_capped_and_the_run_not_repeated(
     stacks: Stacks, program: Program, operator: Operator
 ) -> None:
