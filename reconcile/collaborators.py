@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes import client
@@ -41,14 +40,8 @@ from reconcile.sources import SourceObjects
 from reconcile.spec import ResourceRef
 from reconcile.spec.model import ConfigMapKeyRef
 from workspace.runner import InstallRecord, Runner
-from workspace.source import (
-    GitCredentials,
-    checkout,
-    fetch_artifact,
-    program_dir,
-    resolve_revision,
-    write_project,
-)
+from workspace.runner.layout import DirectLayer, SourceLayer
+from workspace.source import GitCredentials, resolve_revision
 
 
 class StatusSink(Protocol):
@@ -135,38 +128,11 @@ SecretsFor = Callable[[str], SecretSource]
 """A ``SecretSource`` for a namespace; one per pass, so nothing is cached across passes."""
 
 
-class Source(Protocol):
-    """Where programs come from (see ``workspace.source``)."""
+class Source(SourceLayer, Protocol):
+    """Where programs come from: a branch's commit, and laying a source out (``SourceLayer``)."""
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
         """The commit ``branch`` points at (``SourceError`` on failure)."""
-        ...
-
-    def checkout(
-        self,
-        url: str,
-        work_dir: Path,
-        commit: str,
-        credentials: GitCredentials | None,
-        *,
-        shallow: bool = True,
-    ) -> None:
-        """Make ``work_dir`` a working tree at ``commit`` (``SourceError`` on failure).
-
-        ``shallow``: fetch only the commit, not its history.
-        """
-        ...
-
-    def fetch_artifact(self, url: str, digest: str, work_dir: Path) -> None:
-        """Make ``work_dir`` the verified, unpacked Flux artifact (``SourceError``)."""
-        ...
-
-    def write_project(self, work_dir: Path, project: str) -> None:
-        """Make ``work_dir`` a directory holding only ``Pulumi.yaml`` with ``project``."""
-        ...
-
-    def program_dir(self, checkout: Path, repo_dir: str | None, field: str = ...) -> Path:
-        """``repo_dir`` inside ``checkout`` (``ProgramDirError``, naming ``field``, if not)."""
         ...
 
 
@@ -182,38 +148,12 @@ class MetadataPatcher(Protocol):
         ...
 
 
-class GitSource:
+class GitSource(DirectLayer):
     """``Source`` over ``workspace.source``: the real git, Flux artifacts, written projects."""
 
     def resolve(self, url: str, branch: str, credentials: GitCredentials | None) -> str:
         """``workspace.source.resolve_revision``."""
         return resolve_revision(url, branch, credentials)
-
-    def checkout(
-        self,
-        url: str,
-        work_dir: Path,
-        commit: str,
-        credentials: GitCredentials | None,
-        *,
-        shallow: bool = True,
-    ) -> None:
-        """``workspace.source.checkout``."""
-        checkout(url, work_dir, commit=commit, credentials=credentials, shallow=shallow)
-
-    def fetch_artifact(self, url: str, digest: str, work_dir: Path) -> None:
-        """``workspace.source.fetch_artifact``."""
-        fetch_artifact(url, digest, work_dir)
-
-    def write_project(self, work_dir: Path, project: str) -> None:
-        """``workspace.source.write_project``."""
-        write_project(work_dir, project)
-
-    def program_dir(
-        self, checkout: Path, repo_dir: str | None, field: str = "spec.repoDir"
-    ) -> Path:
-        """``workspace.source.program_dir``."""
-        return program_dir(checkout, repo_dir, field)
 
 
 class StackPatcher:
