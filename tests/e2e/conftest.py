@@ -18,6 +18,8 @@ session's control plane; a scenario parametrized with ``RUNNERS`` also runs with
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -32,7 +34,7 @@ import pytest
 from kubernetes import client
 
 from testbed.assets import find_pulumi
-from testbed.git_http import GitHttpServer
+from testbed.git_http import Account, GitHttpServer
 from testbed.git_server import Checkout, GitServer
 from testbed.node import NodeCluster
 from testbed.node.tenancy import apply_stack_crd
@@ -328,6 +330,36 @@ class Stacks:
 def _encoded(data: Mapping[str, str]) -> dict[str, bytes | str]:
     """A Secret's ``data``: each value base64-encoded."""
     return {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateRepo:
+    """A program behind HTTP basic authentication, and the account that may read it."""
+
+    server: GitHttpServer
+    account: Account
+    program: Program
+
+
+@contextlib.contextmanager
+def private_repo(
+    stacks: Stacks, sentinels: Sentinels, work: Path, *, right: bool
+) -> Iterator[PrivateRepo]:
+    """A git server whose one account's password is the sentinel, serving one program.
+
+    Secret ``git-credentials`` (for ``basic_auth``) holds the account with the ``right``
+    password or a wrong one (also a sentinel); the server stops on exit.
+    """
+    account = Account("deployer", sentinels.git_password)
+    server = GitHttpServer(work / "git-http", [account])
+    server.start()
+    try:
+        repo = PrivateRepo(server, account, Program(server, work / "checkouts"))
+        password = sentinels.git_password if right else f"wrong-{sentinels.git_password}"
+        stacks.secret("git-credentials", {"userName": account.username, "password": password})
+        yield repo
+    finally:
+        server.stop()
 
 
 def basic_auth(secret: str) -> dict[str, Any]:

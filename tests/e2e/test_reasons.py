@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from testbed.git_http import Account, GitHttpServer
 from tests.e2e.beds import OFF_NODE
 from tests.e2e.conftest import (
     Operator,
@@ -28,6 +27,7 @@ from tests.e2e.conftest import (
     files_program,
     find,
     is_ready,
+    private_repo,
 )
 from tests.e2e.waits import checkpoint
 
@@ -194,26 +194,18 @@ def test_credentials_git_refuses_stall_until_the_secret_is_fixed(
     status, Events, logs or metrics (the operator fixture scans them).
     """
     del operator
-    account = Account("deployer", sentinels.git_password)
-    server = GitHttpServer(tmp_path / "git-http", [account])
-    server.start()
-    try:
-        private = Program(server, tmp_path / "checkouts")
-        wrong = {"userName": account.username, "password": f"wrong-{sentinels.git_password}"}
-        stacks.secret("git-credentials", wrong)
+    with private_repo(stacks, sentinels, tmp_path, right=False) as repo:
         auth = basic_auth("git-credentials")
-        stacks.create(stacks.manifest("private", private, gitAuth=auth))
+        stacks.create(stacks.manifest("private", repo.program, gitAuth=auth))
         obj = stacks.wait_reason("private", "Ready", "AuthenticationFailed")
         assert_shown(stacks, obj, "AuthenticationFailed", "Authentication failed", reconciling=None)
-        refused = [request.user for request in server.requests]
+        refused = [request.user for request in repo.server.requests]
         assert refused, "git never asked the server"
-        assert set(refused) == {None}, f"the server accepted a request: {server.requests}"
+        assert set(refused) == {None}, f"the server accepted a request: {repo.server.requests}"
 
         stacks.update_secret("git-credentials", {"password": sentinels.git_password})
         stacks.wait_ready("private")
         assert stacks.target("private").read_text() == "one"
-    finally:
-        server.stop()
 
 
 # -- RefreshDriftDetected ------------------------------------------------------------------

@@ -17,9 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from testbed.git_http import Account, GitHttpServer
 from tests.e2e.beds import Bed
-from tests.e2e.conftest import Operator, Program, Sentinels, Stacks, basic_auth, has_reason
+from tests.e2e.conftest import (
+    Operator,
+    Sentinels,
+    Stacks,
+    basic_auth,
+    has_reason,
+    private_repo,
+)
 from tests.e2e.test_oci_source import (
     announce,
     digest_of,
@@ -65,15 +71,9 @@ def test_a_pinned_commit_whose_credentials_are_refused_stalls_authentication_fai
 ) -> None:
     """``commit`` pinned (no branch to ask for): the checkout itself meets the refusal."""
     del operator
-    account = Account("deployer", sentinels.git_password)
-    server = GitHttpServer(tmp_path / "git-http", [account])
-    server.start()
-    try:
-        private = Program(server, tmp_path / "checkouts")
-        wrong = {"userName": account.username, "password": f"wrong-{sentinels.git_password}"}
-        stacks.secret("git-credentials", wrong)
+    with private_repo(stacks, sentinels, tmp_path, right=False) as repo:
         manifest = stacks.manifest(
-            "pinned", private, branch=None, commit=private.first,
+            "pinned", repo.program, branch=None, commit=repo.program.first,
             gitAuth=basic_auth("git-credentials"),
         )  # fmt: skip
         stacks.create(manifest)
@@ -81,5 +81,3 @@ def test_a_pinned_commit_whose_credentials_are_refused_stalls_authentication_fai
         assert has_reason(obj, "Ready", "AuthenticationFailed")
         stacks.update_secret("git-credentials", {"password": sentinels.git_password})
         stacks.wait_ready("pinned", 300)
-    finally:
-        server.stop()

@@ -44,6 +44,7 @@ from tests.e2e.conftest import (
     basic_auth,
     has_reason,
     is_ready,
+    private_repo,
 )
 from tests.e2e.test_sources import GIT_CREDENTIALS, NO_REPO, apply_program
 
@@ -195,27 +196,19 @@ def test_a_git_password_broken_and_restored_is_ready_again_without_a_run(
     then; the server saw the right credentials accepted after the fix.
     """
     del operator
-    account = Account("deployer", sentinels.git_password)
-    server = GitHttpServer(tmp_path / "git-http", [account])
-    server.start()
-    try:
-        private = Program(server, tmp_path / "checkouts")
-        right = {"userName": account.username, "password": sentinels.git_password}
-        stacks.secret("git-credentials", right)
+    with private_repo(stacks, sentinels, tmp_path, right=True) as repo:
         auth = basic_auth("git-credentials")
-        stacks.create(stacks.manifest("private", private, gitAuth=auth))
+        stacks.create(stacks.manifest("private", repo.program, gitAuth=auth))
         stacks.wait_ready("private")
         earned = ran(stacks, "private")
 
         stacks.update_secret("git-credentials", {"password": f"wrong-{sentinels.git_password}"})
         stacks.wait_reason("private", "Stalled", "AuthenticationFailed", timeout=60)
-        since = len(server.requests)
+        since = len(repo.server.requests)
         stacks.update_secret("git-credentials", {"password": sentinels.git_password})
         returned(stacks, "private", earned)
-        accepted = [r for r in server.requests[since:] if r.user == account.username]
+        accepted = [r for r in repo.server.requests[since:] if r.user == repo.account.username]
         assert accepted, "git was not asked again with the right credentials"
-    finally:
-        server.stop()
     assert is_ready(stacks.get("private"))
 
 
