@@ -111,7 +111,7 @@ class RenderedProject:
 
 
 ProgramSource = GitCheckout | FluxArtifact | RenderedProject
-"""Where the run's program comes from; laying it out is ``workspace.source.lay_out``."""
+"""Where the run's program comes from; laying it out is ``workspace.runner.layout.lay_out``."""
 
 
 @dataclass(frozen=True, slots=True)
