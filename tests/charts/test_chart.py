@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import json
 import re
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 
 from pulumi_stack_operator.config import OperatorConfig, parse_config
 from testbed.assets import AssetError, find_prometheus_operator_crds
-from testbed.control_plane import ControlPlane
+from testbed.control_plane import ControlPlane, wait_established
 from testbed.helm import Helm, HelmError
 from tests.charts.conftest import (
     CHART,
@@ -684,22 +683,9 @@ def service_monitors(control_plane: ControlPlane) -> bool:
         return False
     path = directory / "monitoring.coreos.com_servicemonitors.yaml"
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    wait_established(control_plane, "servicemonitors.monitoring.coreos.com")
+    wait_established(control_plane.kubectl, "servicemonitors.monitoring.coreos.com")
     control_plane.kubectl("api-resources", "--api-group=monitoring.coreos.com")
     return True
-
-
-def wait_established(control_plane: ControlPlane, crd: str, timeout: float = 60.0) -> None:
-    """Poll until the CRD ``crd`` is Established; fail with kubectl's last answer if not."""
-    deadline = time.monotonic() + timeout
-    while True:
-        proc = control_plane.kubectl("get", "crd", crd, "-o", "json", check=False)
-        if proc.returncode == 0:
-            conditions = json.loads(proc.stdout).get("status", {}).get("conditions", [])
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                return
-        assert time.monotonic() < deadline, f"{crd} not Established: {proc.stdout}{proc.stderr}"
-        time.sleep(0.2)
 
 
 @pytest.fixture
