@@ -60,8 +60,8 @@ from workspace.runner import (
     RunnerTraits,
     vocabulary,
 )
-from workspace.runner.agentenv import Caching
-from workspace.runner.agenthost import AgentRunner
+from workspace.runner.agent.env import Caching
+from workspace.runner.agent.runner import AgentRunner
 
 STACKS = Resource(GROUP, VERSION, PLURAL)
 RUNNER_VOCABULARY = Vocabulary(

@@ -16,7 +16,7 @@ from kubernetes import client, watch
 
 from bench.watch import ObjectWatch
 from controller.informer import WatchEvent
-from workspace.runner import podspec
+from workspace.runner.pod import spec as podspec
 
 RUN_PODS = f"{podspec.LABEL_COMPONENT}={podspec.COMPONENT}"
 

@@ -24,7 +24,7 @@ from bench.pods.podwatch import RunPods
 from bench.pods.timeline import of_run
 from bench.programs import settled
 from bench.watch import Seen, StackWatch, condition, is_true
-from workspace.runner import podspec
+from workspace.runner.pod import spec as podspec
 
 POD_GONE_TIMEOUT = 120.0  # seconds from a run's end until its pod is deleted
 

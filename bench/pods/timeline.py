@@ -39,7 +39,9 @@ from typing import Any
 
 from bench.watch import Predicate, Seen
 from controller.clock import parse_time
-from workspace.runner import Outcome, parse_line, podspec, podstate
+from workspace.runner import Outcome, parse_line
+from workspace.runner.pod import spec as podspec
+from workspace.runner.pod import state as podstate
 
 Stamp = datetime.datetime | None
 SPLIT = ("schedule", "start", "checkout", "install", "cli", "other")

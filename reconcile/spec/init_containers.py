@@ -8,7 +8,7 @@ context on them; a run pod has no sidecars); a name of the runner's containers, 
 used twice, is refused too. Their mounts are of the pod template's volumes and the run
 pod's ``share`` volume, where ``$PULUMI_ENV`` is (``workspace.runner.envfile``).
 
-Left to others: the pod runner builds them into the pod (``workspace.runner.podspec``); the
+Left to others: the pod runner builds them into the pod (``workspace.runner.pod.spec``); the
 local runner refuses them (``reconcile.tenancy.local_refusal``).
 """
 
@@ -71,7 +71,7 @@ def _init_container(raw: object, path: FieldPath, volumes: frozenset[str]) -> di
     """One init container: the Stack's image and command, mounts of ``volumes`` (and share).
 
     It runs before the run with the run container's security context, the runner's
-    (``workspace.runner.podspec``); it may append ``NAME=value`` lines to ``$PULUMI_ENV``.
+    (``workspace.runner.pod.spec``); it may append ``NAME=value`` lines to ``$PULUMI_ENV``.
     """
     container = closed_object(raw, path, INIT_CONTAINER_FIELDS, REFUSED_INIT_CONTAINER_FIELDS)
     name = required_string(container, path, "name")

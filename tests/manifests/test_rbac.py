@@ -369,7 +369,7 @@ def run_a_pod(core: client.CoreV1Api, namespace: str) -> None:
         timeout_seconds=1,
         _preload_content=False,
     )
-    assert b"s-pulumi" in events.read()  # watched by name, as workspace/runner/podapi.py does
+    assert b"s-pulumi" in events.read()  # watched by name, as workspace/runner/pod/api.py does
     core.delete_namespaced_pod("s-pulumi", namespace)
 
 

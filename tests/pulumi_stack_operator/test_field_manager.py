@@ -46,7 +46,7 @@ from tests.pulumi_stack_operator.test_loops_survive import (
     served_by_pulumi_com,
     stack,
 )
-from tests.workspace.runner.test_pod import JOB
+from tests.workspace.runner.pod.test_runner import JOB
 from workspace.runner import PodRunner
 
 SHARD = "shard=a"

@@ -51,9 +51,9 @@ from testbed.scraper import get_metrics
 from testbed.waits import wait_for
 from tests.controller.client_failures import FAILURES, Collection, FakeApi, Fault, response, status
 from tests.controller.test_metrics_server import probe_registry
-from tests.workspace.runner.test_pod import JOB, FakePods, runner
-from workspace.runner.podapi import PodChanges
-from workspace.runner.podspec import run_pod
+from tests.workspace.runner.pod.test_runner import JOB, FakePods, runner
+from workspace.runner.pod.api import PodChanges
+from workspace.runner.pod.spec import run_pod
 
 TIMEOUT = 30.0  # real seconds; only a failing test waits this long
 NS = "ns"

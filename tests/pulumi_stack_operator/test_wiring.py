@@ -24,7 +24,7 @@ from reconcile.interrupts import RunInterrupts
 from status.metrics import MetricsHandler
 from status.writer import StatusWriter
 from workspace.runner import DEFAULT_INTERRUPT_GRACE, LocalRunner, PodRunner, RunnerTraits
-from workspace.runner.agenthost import AgentRunner
+from workspace.runner.agent.runner import AgentRunner
 
 
 def new_context(cfg: OperatorConfig, leading_since: float | None = None) -> ManagerContext:

@@ -4,17 +4,17 @@ The reconciler sees only what this package exports: the request and outcome type
 ``Runner`` interface. Which runner it gets is the composition root's choice.
 
 Modules, one job each: ``types`` (what goes in and out), ``base`` (the ``Runner``
-interface), ``local`` (``LocalRunner``: the operations), ``attempt`` (one operation's
-phases and outcome), ``cli`` (``pulumi`` command lines and their environment), ``engine``
-(the event log and what its events say), ``failures`` (``ErrorKind`` of a failure),
-``display`` (a failure's error text, out of the CLI's display), ``scrub`` (secrets and
-terminal codes out of messages and outputs), ``project`` (Pulumi.yaml and the stack
-settings file), ``home`` (a Stack's PULUMI_HOME), ``locks`` (file-backend locks),
-``lease`` (a run pod's lock as its lease: renewed while its CLI runs, taken over once
-lapsed);
-``pod`` (``PodRunner``: which pod a run follows), ``podrun`` (following one run pod),
-``podapi`` (its API calls and watch), ``podstate`` (reading a pod), ``podspec`` (its manifest),
-``job`` (what a run pod is given), ``channel`` (the reports a run pod prints);
+interface and its traits), ``local`` (``LocalRunner``: the operations as child processes),
+``attempt`` (one operation's phases and outcome), ``cli`` (``pulumi`` command lines and
+their environment), ``engine`` (the event log and what its events say), ``failures``
+(``ErrorKind`` of a failure), ``display`` (a failure's error text, out of the CLI's
+display), ``scrub`` (secrets and terminal codes out of messages and outputs), ``project``
+(Pulumi.yaml and the stack settings file), ``home`` (a Stack's PULUMI_HOME), ``locks``
+(file-backend locks), ``lease`` (a run pod's lock as its lease: renewed while its CLI runs,
+taken over once lapsed); ``pod`` (``PodRunner`` and the run pod: its manifest, API calls,
+states and node), ``agent`` (``AgentRunner``: a run pod's job as child processes, for the
+test bed), ``job`` and ``document`` (what a run that lays its own source out is given),
+``layout`` (laying that source out), ``channel`` (the reports a run pod prints);
 ``deps`` (the program's dependencies and plugins, installed and cached before a run).
 """
 
@@ -34,7 +34,7 @@ from workspace.runner.job import (
     SecretEnv,
     SecretEnvNames,
 )
-from workspace.runner.local import DEFAULT_CACHE_LIMIT, LocalRunner
+from workspace.runner.local.runner import DEFAULT_CACHE_LIMIT, LocalRunner
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     Detached,
@@ -53,12 +53,12 @@ from workspace.runner.types import (
 )
 
 if TYPE_CHECKING:
-    from workspace.runner.pod import PodRunner
-    from workspace.runner.podspec import RunCaching
+    from workspace.runner.pod.runner import PodRunner
+    from workspace.runner.pod.spec import RunCaching
 
 # Imported when first asked for: they need the Kubernetes client (a quarter of a second to
 # import), which the run pod's agent, importing this package, never uses.
-_LAZY = {"PodRunner": "workspace.runner.pod", "RunCaching": "workspace.runner.podspec"}
+_LAZY = {"PodRunner": "workspace.runner.pod.runner", "RunCaching": "workspace.runner.pod.spec"}
 
 
 def __getattr__(name: str) -> object:

@@ -27,7 +27,7 @@ from pulumi_stack_operator.pulumi_cli import MINIMUM_VERSION, cli_version, pulum
 from testbed.pulumi_env import PulumiEnv
 from tests.workspace.runner.support import STACK, ProgressLog
 from workspace.runner.engine import SECRET_SIG, SIG_KEY, Event, StepObserver, holds_secret
-from workspace.runner.local import CliBinary
+from workspace.runner.local.runner import CliBinary
 
 
 def test_the_secret_signature_is_the_sdks() -> None:

@@ -45,11 +45,13 @@ from urllib3.exceptions import HTTPError
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
-from workspace.runner import podnode, podspec, podstate
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
-from workspace.runner.podapi import PodApi, PodChanges, close_stream, lines, unblock
-from workspace.runner.podstate import Pod
+from workspace.runner.pod import node as podnode
+from workspace.runner.pod import spec as podspec
+from workspace.runner.pod import state as podstate
+from workspace.runner.pod.api import PodApi, PodChanges, close_stream, lines, unblock
+from workspace.runner.pod.state import Pod
 from workspace.runner.types import (
     Detached,
     ErrorKind,

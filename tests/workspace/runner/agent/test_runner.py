@@ -10,19 +10,20 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from testbed.pulumi_env import PulumiEnv
+from tests.workspace.runner.agent.test_env import GIT_PASSWORD, PASSPHRASE, FakeCore, a_core
 from tests.workspace.runner.support import ProgressLog
-from tests.workspace.runner.test_agentenv import GIT_PASSWORD, PASSPHRASE, FakeCore, a_core
 from workspace.runner import ErrorKind, Outcome, Progress, RunJob, SecretEnv, UpdateRequest
-from workspace.runner.agenthost import AgentRunner
+from workspace.runner.agent.runner import AgentRunner
 from workspace.runner.channel import outcome_line, progress_line
 from workspace.runner.document import JobDocument, RenderedProject, ValueRef
 from workspace.runner.job import Owner
-from workspace.runner.local import CliBinary
+from workspace.runner.local.runner import CliBinary
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PROGRESS = Progress("update", 1, 2, 0, "create urn:x")
@@ -188,8 +189,7 @@ time.sleep(60)
 """
     runner = a_runner(tmp_path, fake_agent(tmp_path, body))
     reports, stop = ProgressLog(), threading.Event()
-    threading.Thread(target=lambda: _stop_after_progress(reports, stop), daemon=True).start()
-    outcome = runner.run(a_request(), on_progress=reports, stop=stop)
+    outcome = runner.run(a_request(), on_progress=_stopping(reports, stop), stop=stop)
     assert outcome == interrupted
 
 
@@ -202,9 +202,8 @@ time.sleep(60)
 """
     runner = a_runner(tmp_path, fake_agent(tmp_path, body), interrupt_grace=0.5, kill_margin=0.5)
     reports, stop = ProgressLog(), threading.Event()
-    threading.Thread(target=lambda: _stop_after_progress(reports, stop), daemon=True).start()
     started = time.monotonic()
-    outcome = runner.run(a_request(), on_progress=reports, stop=stop)
+    outcome = runner.run(a_request(), on_progress=_stopping(reports, stop), stop=stop)
     assert isinstance(outcome, Outcome)
     assert outcome.error is ErrorKind.INTERRUPTED
     assert "run step ended without an outcome" in outcome.message
@@ -236,11 +235,14 @@ def test_runs_die_with_the_operator_and_locks_are_the_agents(tmp_path: Path) -> 
     assert not runner.traits.in_pods
 
 
-def _stop_after_progress(reports: ProgressLog, stop: threading.Event) -> None:
-    deadline = time.monotonic() + 30
-    while not reports.reports and time.monotonic() < deadline:
-        time.sleep(0.02)
-    stop.set()
+def _stopping(reports: ProgressLog, stop: threading.Event) -> Callable[[Progress], None]:
+    """Record each report and ask the run to stop at the first: the agent is running then."""
+
+    def report(progress: Progress) -> None:
+        reports(progress)
+        stop.set()
+
+    return report
 
 
 PROJECT = """\

@@ -1,4 +1,4 @@
-"""``podstate``: why a run pod ended or never started, and what the user can change.
+"""``pod.state``: why a run pod ended or never started, and what the user can change.
 
 Pods here are the API's JSON as the kubelet, the scheduler and the API server leave them
 after each fault the node tests play for real (``tests/node/test_run_pod_faults.py``).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workspace.runner import podstate
+from workspace.runner.pod import state as podstate
 
 
 def pod(status: dict[str, Any], limits: dict[str, str] | None = None) -> dict[str, Any]:

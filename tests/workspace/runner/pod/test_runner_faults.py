@@ -19,7 +19,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from controller.clock import FakeClock
-from tests.workspace.runner.test_pod import (
+from tests.workspace.runner.pod.test_runner import (
     DONE,
     REQUEST,
     FakePods,
@@ -29,7 +29,7 @@ from tests.workspace.runner.test_pod import (
 )
 from workspace.runner import ErrorKind
 from workspace.runner.channel import outcome_line
-from workspace.runner.pod import CREATE_FAILED, CREATE_REFUSED, START_SHARE, start_limit
+from workspace.runner.pod.runner import CREATE_FAILED, CREATE_REFUSED, START_SHARE, start_limit
 
 
 class Counted:

@@ -7,7 +7,7 @@ its environment by the kubelet. The operator creates the pod, follows its log fo
 agent's reports (``workspace.runner.channel``), deletes the pod once it has the outcome
 (or keeps it: ``Retain`` below), and never sees the program's environment (nor the
 program the operator's). Following a
-run is ``podrun``'s job, the API calls ``podapi``'s, reading a pod ``podstate``'s: this
+run is ``pod.run``'s job, the API calls ``pod.api``'s, reading a pod ``pod.state``'s: this
 module decides which pod a run follows (create, attach, clear an earlier one).
 
 Guarantees:
@@ -68,11 +68,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controller.clock import Clock, RealClock
-from workspace.runner import podspec, podstate
 from workspace.runner.base import RunnerTraits
 from workspace.runner.job import RunJob
-from workspace.runner.podapi import PodApi, PodChanges
-from workspace.runner.podrun import (
+from workspace.runner.pod import spec as podspec
+from workspace.runner.pod import state as podstate
+from workspace.runner.pod.api import PodApi, PodChanges
+from workspace.runner.pod.run import (
     STOP_CHECK,
     Following,
     PodMetrics,
@@ -80,8 +81,8 @@ from workspace.runner.podrun import (
     detached,
     failed,
 )
-from workspace.runner.podspec import RunCaching
-from workspace.runner.podstate import Pod
+from workspace.runner.pod.spec import RunCaching
+from workspace.runner.pod.state import Pod
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     Detached,

@@ -40,10 +40,10 @@ from urllib3.response import BaseHTTPResponse
 from controller.clock import Clock
 from controller.coreapi import CoreApi
 from controller.failures import Backoff, FailureStreak
-from workspace.runner import podspec
 from workspace.runner.channel import MAX_LINE
 from workspace.runner.job import RunJob
-from workspace.runner.podstate import Pod, resource_version
+from workspace.runner.pod import spec as podspec
+from workspace.runner.pod.state import Pod, resource_version
 
 log = structlog.get_logger(__name__)
 

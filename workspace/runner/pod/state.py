@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from controller.clock import parse_time
-from workspace.runner import podspec
 from workspace.runner.job import RunJob
+from workspace.runner.pod import spec as podspec
 
 Pod = Mapping[str, Any]
 """A pod as the API serves it (camelCase JSON)."""

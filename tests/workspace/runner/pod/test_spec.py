@@ -9,7 +9,7 @@ import pytest
 
 from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.job import Owner
-from workspace.runner.podspec import AGENT_COMMAND, RunCaching, pod_name, run_pod
+from workspace.runner.pod.spec import AGENT_COMMAND, RunCaching, pod_name, run_pod
 
 
 def job(**fields: Any) -> RunJob:

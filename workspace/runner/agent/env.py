@@ -1,8 +1,8 @@
 """The environment of the agent's two steps on this machine: what a run pod's kubelet gives.
 
-Role: ``AgentRunner`` (``workspace.runner.agenthost``) runs a run pod's agent as child
+Role: ``AgentRunner`` (``workspace.runner.agent.runner``) runs a run pod's agent as child
 processes of the operator; this module builds each child's whole environment, as the
-pod's containers get it (``workspace.runner.podspec``), with the values the kubelet would
+pod's containers get it (``workspace.runner.pod.spec``), with the values the kubelet would
 fill from Secrets read through the Kubernetes API here.
 
 Both steps get an allow-list of the operator's own variables (``cli.INHERITED_ENV``: the

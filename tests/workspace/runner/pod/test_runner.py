@@ -38,8 +38,8 @@ from workspace.runner import (
 )
 from workspace.runner.channel import outcome_line, progress_line
 from workspace.runner.job import Owner
-from workspace.runner.podapi import PodChanges
-from workspace.runner.podspec import ANNOTATION_CONCLUDED, run_pod
+from workspace.runner.pod.api import PodChanges
+from workspace.runner.pod.spec import ANNOTATION_CONCLUDED, run_pod
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 JOB = RunJob(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from workspace.runner.agentenv import Caching, MissingValueError, Values, step_envs
+from workspace.runner.agent.env import Caching, MissingValueError, Values, step_envs
 from workspace.runner.job import ENV_SOURCES, EnvSources, Owner, RunJob, SecretEnv
 
 GIT_PASSWORD = "git-password-value"  # noqa: S105 - a test value

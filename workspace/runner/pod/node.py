@@ -1,6 +1,6 @@
 """Pure readers of a run pod's node and of the errors of the path to it.
 
-Used by ``podrun`` to tell a run pod whose node went away (kubelet stopped, the node
+Used by ``pod.run`` to tell a run pod whose node went away (kubelet stopped, the node
 powered off or cut off) from one that merely runs, and an API call that failed for a
 while (the API server restarting, the kubelet it proxies a log from restarting) from one
 refused for good. No API call, no clock, no side effect.
@@ -21,12 +21,13 @@ from urllib3.exceptions import HTTPError
 
 from controller.clock import parse_time
 from controller.retry import TRANSIENT_STATUSES
-from workspace.runner import podspec, podstate
-from workspace.runner.podstate import Pod
+from workspace.runner.pod import spec as podspec
+from workspace.runner.pod import state as podstate
+from workspace.runner.pod.state import Pod
 from workspace.runner.types import DEFAULT_INTERRUPT_GRACE
 
 NODE_NOT_READY = "NodeNotReady"  # the reason a run fails with once its node is lost
-# A pod's terminationGracePeriodSeconds when it says none: what ``podspec`` gives by default.
+# A pod's terminationGracePeriodSeconds when it says none: what ``pod.spec`` gives by default.
 DEFAULT_GRACE = int(DEFAULT_INTERRUPT_GRACE) + podspec.GRACE_MARGIN
 
 

@@ -1,4 +1,4 @@
-"""A run pod's lost node and an unreachable log: ``podnode``'s readers and ``PodRun`` on them.
+"""A run pod's lost node and an unreachable log: ``pod.node``'s readers and ``PodRun`` on them.
 
 The pure readers on pod states as the API serves them; then a run followed on the fake
 pods API of ``test_pod`` with a fake clock: the log the API server (or the kubelet behind
@@ -16,12 +16,12 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from controller.clock import FAKE_EPOCH, FakeClock
-from tests.workspace.runner.test_pod import DONE, FakePods, Log, running
-from tests.workspace.runner.test_pod import start as follow
+from tests.workspace.runner.pod.test_runner import DONE, FakePods, Log, running
+from tests.workspace.runner.pod.test_runner import start as follow
 from workspace.runner import ErrorKind
 from workspace.runner.channel import outcome_line
-from workspace.runner.podnode import grace, node_lost, node_not_ready_since, unreachable
-from workspace.runner.podrun import LOG_RETRY
+from workspace.runner.pod.node import grace, node_lost, node_not_ready_since, unreachable
+from workspace.runner.pod.run import LOG_RETRY
 
 SINCE = FAKE_EPOCH.isoformat().replace("+00:00", "Z")
 

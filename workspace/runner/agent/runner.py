@@ -5,7 +5,7 @@ machine, with the request's ``RunJob`` as the pod would get it: in a fresh priva
 workspace (a directory of mode 0700 under the runner's root, removed after the run), the
 checkout step (``agent checkout``, the pod's init container) and then the run step
 (``agent``, the run container), each a child of the operator in a session of its own, with
-the environment ``workspace.runner.agentenv`` builds (the git credentials for the
+the environment ``workspace.runner.agent.env`` builds (the git credentials for the
 checkout only, the Stack's other Secret values for the run only, read through the API as
 the kubelet would). The run step's stdout is the report channel
 (``workspace.runner.channel``): progress goes to ``on_progress``, the outcome line is the
@@ -56,12 +56,12 @@ import structlog
 
 from controller.clock import Clock, RealClock
 from workspace.process import kill_tree
-from workspace.runner.agentenv import SHARE, Caching, MissingValueError, Reads, Values, step_envs
+from workspace.runner.agent.env import SHARE, Caching, MissingValueError, Reads, Values, step_envs
 from workspace.runner.base import RunnerTraits
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
-from workspace.runner.local import CliBinary
-from workspace.runner.podspec import GRACE_MARGIN
+from workspace.runner.local.runner import CliBinary
+from workspace.runner.pod.spec import GRACE_MARGIN
 from workspace.runner.scrub import Scrubber
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,

@@ -1,0 +1,1 @@
+"""Tests of the agent runner (workspace/runner/agent/)."""

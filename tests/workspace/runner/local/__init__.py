@@ -1,0 +1,1 @@
+"""Tests of the local runner (workspace/runner/local/)."""

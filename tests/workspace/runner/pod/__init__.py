@@ -1,0 +1,1 @@
+"""Tests of the pod runner (workspace/runner/pod/)."""
