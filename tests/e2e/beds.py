@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,7 +59,6 @@ def without_agent(why: str) -> tuple[Any, ...]:
 
 POD_STATE = Path("/e2e-state")  # where run pods mount the test's state directory
 CLAIM = "e2e-state"
-AGENT_LINKS = Path("/var/tmp/pso-e2e-agent")  # noqa: S108 - links, not state (agent_bed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,30 +102,13 @@ def local_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
     )
 
 
-@contextlib.contextmanager
-def agent_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
+def agent_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
     """The agent runner's bed: the local bed with ``--runner=agent``.
 
-    The reconciler refuses a ``file://`` backend outside every volume a run pod mounts
-    whenever the runner takes a job, the agent runner's included, which makes no pod; and
-    it refuses mounts under ``/tmp``, where the test's state is. So, until that rule is
-    the pod runner's only, programs see the state through a link outside ``/tmp``
-    (``program_state``), at which every Stack mounts a claim (ignored: no pod is made).
+    Programs see the state where it is: the agent's steps are processes on this machine,
+    and the rules about a run pod's volumes apply to runs in pods only.
     """
-    bed = local_bed(request, state)
-    link = AGENT_LINKS / f"{os.getpid()}-{secrets.token_hex(4)}"
-    AGENT_LINKS.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(state, target_is_directory=True)
-    try:
-        yield dataclasses.replace(
-            bed,
-            runner="agent",
-            program_state=link,
-            flags=("--runner=agent",),
-            workspace=deployment.state_workspace(CLAIM, str(link)),
-        )
-    finally:
-        link.unlink(missing_ok=True)
+    return dataclasses.replace(local_bed(request, state), runner="agent", flags=("--runner=agent",))
 
 
 @contextlib.contextmanager

@@ -414,8 +414,7 @@ def bed(runner: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
         yield local_bed(request, tmp_path / "state")
         return
     if runner == "agent":
-        with agent_bed(request, tmp_path / "state") as found:
-            yield found
+        yield agent_bed(request, tmp_path / "state")
         return
     with pod_bed(request, tmp_path / "state") as found:
         yield found
