@@ -7,10 +7,12 @@ PY := $(VENV)/bin/python
 PACKAGES := controller status workspace reconcile pulumi_stack_operator
 PYTEST_ARGS ?=
 # pytest-xdist workers for the tiers with real components. Most of their time waits on
-# processes (apiserver, CLI, kubelet), so 4 workers keep 2 cores busy. The node's and the
-# image's tests run one at a time in two of them (xdist groups "host" and "host-pods", each
-# with its own node cluster); the other two take the rest (tests/tiers.py says how).
-TEST_WORKERS ?= 4
+# processes (apiserver, CLI, kubelet), so 6 workers keep 2 cores busy. The node's and the
+# image's tests run one at a time in four groups side by side ("host", "host-pods",
+# "host-faults", "host-own"), each in a worker of its own with its own node cluster; the
+# other two take the rest, and each group's worker too once its group is done
+# (tests/tiers.py says how).
+TEST_WORKERS ?= 6
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
 .DEFAULT_GOAL := help
@@ -79,8 +81,8 @@ test-e2e: venv test-assets ## Real control plane, CLI, git, Prometheus and helm;
 	$(PY) -m pytest --tier=e2e $(XDIST) $(PYTEST_ARGS)
 
 .PHONY: test-node
-test-node: venv test-assets ## The node's and the image's tests (root; their two groups side by side).
-	$(PY) -m pytest --tier=node -n 2 --dist loadgroup $(PYTEST_ARGS)
+test-node: venv test-assets ## The node's and the image's tests (root; their four groups side by side).
+	$(PY) -m pytest --tier=node -n 4 --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: dev
 dev: venv ## Run the operator on a local control plane with a sample Stack (Ctrl-C stops all).

@@ -126,15 +126,46 @@ def test_unmarked_real_components_fail_at_teardown(suite: pytest.Pytester) -> No
     assert "git (mark it 'git')" in text
 
 
-def test_the_hosts_tests_share_one_xdist_group(suite: pytest.Pytester) -> None:
-    """Node tests carry the ``host`` group; others none."""
-    result = suite.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+GROUPED = """
+import pytest
+
+def test_node(node_cluster):
+    pass
+
+@pytest.mark.breaks_node
+def test_breaks_the_node(node_cluster):
+    pass
+
+@pytest.mark.image
+def test_image_only():
+    pass
+
+@pytest.mark.node
+def test_own_cluster():
+    pass
+
+def test_integration(stack_crd):
+    pass
+"""
+
+
+def test_the_hosts_tests_run_in_four_groups(pytester: pytest.Pytester) -> None:
+    """A session node's test is ``host``; one breaking it ``host-faults``; the rest ``host-own``."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grouped=GROUPED)
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider")
     items = {
         i.name: i
         for i in result.reprec.getcalls("pytest_collection_finish")[0].session.items  # type: ignore[attr-defined]
     }
-    assert [m.args for m in items["test_node"].iter_markers("xdist_group")] == [("host",)]
-    assert not list(items["test_integration"].iter_markers("xdist_group"))
+    groups = {name: [m.args for m in i.iter_markers("xdist_group")] for name, i in items.items()}
+    assert groups == {
+        "test_node": [("host",)],
+        "test_breaks_the_node": [("host-faults",)],
+        "test_image_only": [("host-own",)],
+        "test_own_cluster": [("host-own",)],
+        "test_integration": [],
+    }
 
 
 HOST_TESTS = """

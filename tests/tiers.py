@@ -5,12 +5,17 @@ Role: a pytest plugin (registered by ``tests/conftest.py``) that
 - marks each collected test by the fixtures in its closure (``FIXTURE_MARKS``): a test that
   asks for ``control_plane`` is ``integration``, one that asks for ``node_cluster`` is
   ``node``, and so on, whether or not its module says so;
-- puts every ``node`` or ``image`` test in one of two xdist groups (``--dist loadgroup``):
-  ``host-pods`` for the end-to-end scenarios under the pod runner (``tests/e2e``), ``host``
-  for the rest. A group's tests run one at a time in one worker, against that worker's own
-  node cluster (its own network namespace, address slot, cgroups, containerd and kubelet);
-  image builds are serialised across workers by the image cache's lock. The two groups are
-  the largest work units, so xdist hands them out first, to two workers;
+- puts every ``node`` or ``image`` test in one of four xdist groups (``--dist loadgroup``),
+  which run side by side, each in a worker of its own against that worker's own node
+  cluster (its own network namespace, address slot, cgroups, containerd and kubelet):
+  ``host-pods`` for the end-to-end scenarios under the pod runner (``tests/e2e``),
+  ``host-faults`` for the tests marked ``breaks_node`` (they stop, restart or cut off the
+  node's daemons or its control plane, or kill its operator), ``host-own`` for the tests
+  that need no session node (each starts clusters of its own, or only builds and runs the
+  image), and ``host`` for the rest. A group's tests run one at a time, so no test sees
+  another's pods, Events or metrics; image builds are serialised across workers by the
+  image cache's lock. The groups are the largest work units, so xdist hands them out
+  first, one to a worker;
 - selects one tier with ``--tier``: ``unit`` (no real component: ``make test-unit``),
   ``e2e`` (real components, but not the node's or the image's: ``make test-e2e``), ``node``
   (the ``host`` group: ``make test-node``) or ``all`` (the default: ``make test``);
@@ -78,6 +83,10 @@ BINARY_MARKS: Final[Mapping[str, str]] = {
 HOST_MARKS: Final = ("node", "image")
 HOST_GROUP: Final = "host"
 POD_GROUP: Final = "host-pods"
+FAULTS_GROUP: Final = "host-faults"
+OWN_GROUP: Final = "host-own"
+BREAKS_NODE: Final = "breaks_node"
+SESSION_NODE: Final = "node_cluster"
 
 MARKERS: Final[Mapping[str, str]] = {
     "integration": "needs the real control plane or its binaries (etcd, kube-apiserver, kubectl)",
@@ -156,14 +165,30 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and the audit hook."""
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    config.addinivalue_line(
+        "markers",
+        f"{BREAKS_NODE}: stops, restarts or cuts off the session node's daemons or control "
+        f"plane, or kills its operator: runs in the {FAULTS_GROUP!r} group, on a node of its own",
+    )
     if not _audited[0]:
         sys.addaudithook(_audit)
         _audited[0] = True
 
 
 def host_group(item: pytest.Item) -> str:
-    """The xdist group of a node or image test: ``host-pods`` for ``tests/e2e``, else ``host``."""
-    return POD_GROUP if "e2e" in item.path.parts else HOST_GROUP
+    """The xdist group of a node or image test (the module's docstring says why each).
+
+    ``host-pods`` for ``tests/e2e``; ``host-faults`` for one marked ``breaks_node``;
+    ``host-own`` for one whose fixtures hold no session node (``node_cluster``); else
+    ``host``.
+    """
+    if "e2e" in item.path.parts:
+        return POD_GROUP
+    if item.get_closest_marker(BREAKS_NODE) is not None:
+        return FAULTS_GROUP
+    if SESSION_NODE not in getattr(item, "fixturenames", ()):
+        return OWN_GROUP
+    return HOST_GROUP
 
 
 def marks_of(fixturenames: Sequence[str]) -> set[str]:

@@ -33,7 +33,7 @@ from tests.e2e.waits import checkpoint, wait_mid_step
 from tests.node.faults import counter, metrics, started
 from tests.node.test_pod_runner import pod_stack, reasons, run_pod
 
-pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.e2e]
+pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.e2e, pytest.mark.breaks_node]
 
 DELAY = "20"  # seconds the program's one create takes: long enough to break something in
 OUTAGE = 45.0  # seconds the kube-apiserver stays down at least
