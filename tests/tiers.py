@@ -57,8 +57,9 @@ FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
     # An end-to-end scenario's surroundings (tests/e2e): a control plane (or the node's),
     # a git server it takes by name for its runner, and the CLI the operator runs.
     "bed": ("integration", "pulumi", "git"),
-    "operator_image": ("image",),
-    "image_ref": ("image",),
+    # The image's revision label is the repository's HEAD: building it runs git.
+    "operator_image": ("image", "git"),
+    "image_ref": ("image", "git"),
 }
 """Fixture name -> the markers of every test whose fixture closure holds it."""
 
