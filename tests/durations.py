@@ -4,8 +4,8 @@ Role: a pytest plugin (registered by ``tests/conftest.py``) that adds up each te
 setup, call and teardown time by the folder of its file and prints, after pytest's own
 ``--durations`` list, one line per folder: tests, summed seconds and share, slowest first;
 then the same per tier (``tests.tiers``): the ``node`` tier runs in the workers of its
-two xdist groups, so its sum over two is a floor under the wall time however many workers
-run the rest. Under pytest-xdist the reports reach the controller, so the sums cover every
+four xdist groups, so its largest group's sum is a floor under the wall time however many
+workers run the rest. Under pytest-xdist the reports reach the controller, so the sums cover every
 worker; their total exceeds the wall time by the parallelism won.
 
 Guarantees: reads reports only; prints nothing when no test ran.
