@@ -96,11 +96,11 @@ run: venv ## Run the operator against the current kubeconfig (needs pulumi on PA
 	$(PY) -m pulumi_stack_operator --log-format=console $(ARGS)
 
 .PHONY: install
-install: ## Apply the Stack CRD to the current kubeconfig's cluster (server-side apply).
+install: ## Apply the CRDs (Stack and Program) to the current kubeconfig's cluster (server-side apply).
 	$(KUBECTL) apply --server-side -k manifests/crd
 
 .PHONY: deploy
-deploy: ## Apply the whole operator (CRD, RBAC, Deployment, Service) to the current cluster.
+deploy: ## Apply the whole operator (CRDs, RBAC, Deployment, Service) to the current cluster.
 	$(KUBECTL) apply --server-side -k manifests/default
 
 .PHONY: bench
