@@ -1,12 +1,20 @@
-"""Where the time goes: a per-folder summary at the end of every run.
+"""Where the time and the CPU go: a per-folder summary at the end of every run.
 
 Role: a pytest plugin (registered by ``tests/conftest.py``) that adds up each test's
 setup, call and teardown time by the folder of its file and prints, after pytest's own
 ``--durations`` list, one line per folder: tests, summed seconds and share, slowest first;
 then the same per tier (``tests.tiers``): the ``node`` tier runs in the workers of its
 four xdist groups, so its largest group's sum is a floor under the wall time however many
-workers run the rest. Under pytest-xdist the reports reach the controller, so the sums cover every
-worker; their total exceeds the wall time by the parallelism won.
+workers run the rest. Under pytest-xdist the reports reach the controller, so the sums cover
+every worker; their total exceeds the wall time by the parallelism won.
+
+Beside the time, the CPU each test cost: its worker's own CPU time (user + system) and that
+of the processes it started and reaped (an operator, the CLI under it, a control plane
+stopped at the end) from setup to teardown, carried to the controller on the teardown
+report. Two cores bound the suite, so that is the cost a test adds to everyone's run. It
+misses what no test process reaps: a session fixture's servers still running (counted
+for the test whose teardown stops them, at the session's end) and a node's pods
+(children of containerd). Printed per folder and as the CPU-costliest tests.
 
 Guarantees: reads reports only; prints nothing when no test ran.
 """
@@ -15,23 +23,38 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import resource
 import time
+from collections.abc import Generator
 from pathlib import PurePosixPath
 
 import pytest
 
 from tests.tiers import MARKERS, tier_of
 
+CPU_PROPERTY = "cpu_seconds"
+CPU_SHOWN = 15
+
 
 @dataclasses.dataclass
 class _Folder:
     tests: set[str] = dataclasses.field(default_factory=set)
     seconds: float = 0.0
+    cpu: float = 0.0
 
 
 _folders: dict[str, _Folder] = collections.defaultdict(_Folder)
 _tiers: dict[str, _Folder] = collections.defaultdict(_Folder)
 _started = [time.monotonic()]
+_cpu_at_setup: dict[str, float] = {}
+_cpu_of_test: dict[str, float] = {}
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time and its reaped children's (user + system), in seconds."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def folder_of(nodeid: str) -> str:
@@ -44,14 +67,38 @@ def pytest_sessionstart() -> None:
     _started[0] = time.monotonic()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """On the worker: note the CPU spent so far, as the test's setup begins."""
+    _cpu_at_setup[item.nodeid] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """On the worker: put the test's CPU, setup to teardown, on its teardown report."""
+    report: pytest.TestReport = yield
+    if call.when == "teardown" and item.nodeid in _cpu_at_setup:
+        spent = cpu_seconds() - _cpu_at_setup.pop(item.nodeid)
+        report.user_properties.append((CPU_PROPERTY, round(max(spent, 0.0), 3)))
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add one phase of one test to its folder."""
+    """Add one phase of one test (and, on its teardown, its CPU) to its folder."""
     folder = _folders[folder_of(report.nodeid)]
     folder.tests.add(report.nodeid)
     folder.seconds += report.duration
     tier = _tiers[tier_of({name for name in report.keywords if name in MARKERS})]
     tier.tests.add(report.nodeid)
     tier.seconds += report.duration
+    for name, value in report.user_properties:
+        if name == CPU_PROPERTY and isinstance(value, int | float):
+            folder.cpu += value
+            tier.cpu += value
+            _cpu_of_test[report.nodeid] = value
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -68,3 +115,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     write(f"{total:9.1f}s summed over tests; {wall:.1f}s wall")
     for name, tier in sorted(_tiers.items(), key=lambda kv: -kv[1].seconds):
         write(f"{tier.seconds:9.1f}s in tier {name} ({len(tier.tests)} tests)")
+    if _cpu_of_test:
+        _write_cpu(terminalreporter)
+
+
+def _write_cpu(terminalreporter: pytest.TerminalReporter) -> None:
+    """The CPU table: per folder, per tier, then the costliest tests."""
+    write = terminalreporter.write_line
+    terminalreporter.section("CPU per folder (the worker and the processes it reaped)")
+    for name, folder in sorted(_folders.items(), key=lambda kv: -kv[1].cpu)[:CPU_SHOWN]:
+        write(f"{folder.cpu:9.1f}s CPU  {folder.seconds:9.1f}s time  {name}")
+    for name, tier in sorted(_tiers.items(), key=lambda kv: -kv[1].cpu):
+        write(f"{tier.cpu:9.1f}s CPU in tier {name}")
+    write(f"{sum(_cpu_of_test.values()):9.1f}s CPU summed over tests")
+    terminalreporter.section(f"the {CPU_SHOWN} CPU-costliest tests")
+    for nodeid, cpu in sorted(_cpu_of_test.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
+        write(f"{cpu:8.1f}s CPU  {nodeid}")
