@@ -10,7 +10,9 @@ Test set-up pushes without going through HTTP: ``push_url(name)`` is a ``file://
 the bare repository, for ``Checkout`` from ``testbed.git_server``. Clients under test
 clone ``url(name)``.
 
-Two switches imitate other servers:
+Three switches imitate other servers:
+- ``public=True`` serves every request, with or without credentials, as a public GitHub
+  repository does (the user is then ``""`` unless an account's credentials came);
 - ``protocol_v2=False`` drops the ``Git-Protocol`` header, so the backend speaks protocol v0
   and refuses to send a commit by id unless a branch or tag points at it (older servers,
   ``uploadpack.allowReachableSHA1InWant=false``);
@@ -101,6 +103,8 @@ class _Handler(BaseHTTPRequestHandler):
         backend = self._backend
         parts = urllib.parse.urlsplit(self.path)
         user = backend.authenticate(self.headers.get("Authorization"))
+        if user is None and backend.public:
+            user = ""
         backend.record(Request(self.command, parts.path, user))
         if user is None:
             self._reply(
@@ -177,12 +181,18 @@ class GitHttpServer:
     """Smart HTTP (``git http-backend``) for every bare repository under ``root/repos``."""
 
     def __init__(
-        self, root: Path, accounts: Sequence[Account], *, protocol_v2: bool = True
+        self,
+        root: Path,
+        accounts: Sequence[Account],
+        *,
+        protocol_v2: bool = True,
+        public: bool = False,
     ) -> None:
-        """Prepare (not start) a server that accepts exactly ``accounts``."""
+        """Prepare (not start) a server that accepts exactly ``accounts`` (``public``: anyone)."""
         self.root = root
         self.repos = root / "repos"
         self.accounts = tuple(accounts)
+        self.public = public
         self.protocol_v2 = protocol_v2
         self.requests: list[Request] = []
         self._failures: dict[str, int] = {}
