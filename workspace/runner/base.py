@@ -2,16 +2,27 @@
 
 Implementations: ``LocalRunner`` runs the CLI as a child of the operator. A runner that runs
 each operation elsewhere (in a pod) implements the same methods; ``prepare``, ``attach`` and
-``locks`` are the parts where the two differ most.
+``locks`` are the parts where the two differ most. ``JobRunner`` is what the runners that
+take the reconciler's ``RunJob`` (the pod runner, the agent runner) share: ``run``,
+``destroy`` and ``prepare`` over one ``_operate``.
 """
 
 from __future__ import annotations
 
+import abc
 import threading
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from workspace.runner.types import LockInfo, Outcome, ProgressCallback, RunResult, UpdateRequest
+from workspace.runner.job import RunJob
+from workspace.runner.types import (
+    LockInfo,
+    Operation,
+    Outcome,
+    ProgressCallback,
+    RunResult,
+    UpdateRequest,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +121,48 @@ class Runner(Protocol):
         backend's locks (only ``file://`` backends keep them where a runner can read them).
         """
         ...
+
+
+class JobRunner(abc.ABC):
+    """A runner that takes the request's ``RunJob`` and lays its own source out.
+
+    Guarantees: ``run`` runs ``up`` (``preview`` when asked) and ``destroy`` runs
+    ``destroy``, each through ``_operate`` with the request's job; ``prepare`` prepares
+    nothing here (the job's own process does). A request without a job is a programming
+    error: ``ValueError``, naming the runner.
+    """
+
+    def run(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> RunResult:
+        """Run ``up`` (or ``preview``) for the request's job and return its outcome."""
+        operation: Operation = "preview" if request.preview else "up"
+        return self._operate(self._job(request), operation, on_progress, stop)
+
+    def destroy(
+        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
+    ) -> RunResult:
+        """Run ``destroy`` for the request's job and return its outcome."""
+        return self._operate(self._job(request), "destroy", on_progress, stop)
+
+    def prepare(self, request: UpdateRequest) -> Outcome | None:
+        """None: the job's own process prepares its workspace."""
+        del request
+        return None
+
+    @abc.abstractmethod
+    def _operate(
+        self,
+        job: RunJob,
+        operation: Operation,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> RunResult:
+        """Run ``operation`` for ``job`` to its outcome (or what the runner returns for it)."""
+
+    def _job(self, request: UpdateRequest) -> RunJob:
+        if request.job is None:
+            name = type(self).__name__
+            msg = f"{name} needs UpdateRequest.job (the runner's traits say takes_job)"
+            raise ValueError(msg)
+        return request.job

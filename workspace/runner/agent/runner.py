@@ -57,7 +57,7 @@ import structlog
 from controller.clock import Clock, RealClock
 from workspace.process import kill_tree
 from workspace.runner.agent.env import SHARE, Caching, MissingValueError, Reads, Values, step_envs
-from workspace.runner.base import RunnerTraits
+from workspace.runner.base import JobRunner, RunnerTraits
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
 from workspace.runner.local.runner import CliBinary
@@ -98,7 +98,7 @@ class Ended:
     killed: bool
 
 
-class AgentRunner:
+class AgentRunner(JobRunner):
     """Runs each operation through the agent as child processes (see the module doc)."""
 
     traits: ClassVar[RunnerTraits] = RunnerTraits(takes_job=True)
@@ -129,24 +129,6 @@ class AgentRunner:
         self.kill_after = interrupt_grace + kill_margin
         self.clock = clock or RealClock()
         self.agent = tuple(agent)
-
-    def run(
-        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> RunResult:
-        """Run ``up`` (or ``preview``) through the agent and return its outcome."""
-        operation: Operation = "preview" if request.preview else "up"
-        return self._operate(_job(request), operation, on_progress, stop)
-
-    def destroy(
-        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> RunResult:
-        """Run ``destroy`` through the agent and return its outcome."""
-        return self._operate(_job(request), "destroy", on_progress, stop)
-
-    def prepare(self, request: UpdateRequest) -> Outcome | None:
-        """None: the agent prepares its own workspace."""
-        del request
-        return None
 
     def attach(
         self,
@@ -376,10 +358,3 @@ def _reader(stream: IO[str] | None, on_line: Callable[[str], None]) -> threading
 
 def _ignore(line: str) -> None:
     del line
-
-
-def _job(request: UpdateRequest) -> RunJob:
-    if request.job is None:
-        msg = "AgentRunner needs UpdateRequest.job (the runner's traits say takes_job)"
-        raise ValueError(msg)
-    return request.job

@@ -68,7 +68,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controller.clock import Clock, RealClock
-from workspace.runner.base import RunnerTraits
+from workspace.runner.base import JobRunner, RunnerTraits
 from workspace.runner.job import RunJob
 from workspace.runner.pod import spec as podspec
 from workspace.runner.pod import state as podstate
@@ -121,7 +121,7 @@ class _NoMetrics:
         del seconds
 
 
-class PodRunner:
+class PodRunner(JobRunner):
     """Runs each operation in a pod (see the module docstring); safe to share."""
 
     traits: ClassVar[RunnerTraits] = RunnerTraits(
@@ -157,24 +157,6 @@ class PodRunner:
             start_timeout=start_timeout,
         )
 
-    def run(
-        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> RunResult:
-        """Run ``up`` (or ``preview``) in the Stack's run pod and return its outcome."""
-        operation: Operation = "preview" if request.preview else "up"
-        return self._operate(_job(request), operation, on_progress, stop)
-
-    def destroy(
-        self, request: UpdateRequest, *, on_progress: ProgressCallback, stop: threading.Event
-    ) -> RunResult:
-        """Run ``destroy`` in the Stack's run pod, after any run pod it has ends."""
-        return self._operate(_job(request), "destroy", on_progress, stop)
-
-    def prepare(self, request: UpdateRequest) -> Outcome | None:
-        """None: the pod prepares its own workspace."""
-        del request
-        return None
-
     def attach(
         self,
         request: UpdateRequest,
@@ -189,7 +171,7 @@ class PodRunner:
         request's), then None; so is a concluded one kept for ``Retain`` (its outcome was
         taken), without waiting.
         """
-        job = _job(request)
+        job = self._job(request)
         operation: Operation = "preview" if request.preview else "up"
         pod = self.api.read(job)
         if pod is None:
@@ -361,13 +343,6 @@ class PodRunner:
 
     def _now(self) -> datetime:
         return self._with.clock.wall()
-
-
-def _job(request: UpdateRequest) -> RunJob:
-    if request.job is None:
-        msg = "PodRunner needs UpdateRequest.job (the runner's traits say takes_job)"
-        raise ValueError(msg)
-    return request.job
 
 
 def start_limit(start_timeout: float, deadline: float) -> float:
