@@ -14,7 +14,9 @@
    runs containerd, then -- once the sandbox (pause) image is imported -- kubelet and
    kube-proxy;
 4. returns when every Node has its Pod range as ``spec.podCIDR``, is Ready and has no
-   ``not-ready`` taint left (the scheduler places pods on it), every kube-proxy reports
+   ``not-ready`` taint left (the scheduler places pods on it) since the node lifecycle
+   controller's passes saw it Ready (``SETTLED`` after its Ready transition: a pass that
+   read the Node just before that adds the taint just after), every kube-proxy reports
    healthy, the ``kubernetes`` Service has its endpoint and the ``default``
    ServiceAccount exists.
 
@@ -45,6 +47,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes import client
@@ -87,6 +90,11 @@ _HOST_DEFAULTS = tuple(
 )
 CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
 _NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+# The node lifecycle controller's period (--node-monitor-period; 5 s by default, 1 s here so
+# that a node's health is judged within a second), and how long a Node must have been Ready
+# for its passes to have read it Ready: a pass that read it before writes its taint after.
+NODE_MONITOR_PERIOD = 1
+SETTLED = 3 * NODE_MONITOR_PERIOD
 
 
 def missing_host_tools() -> list[str]:
@@ -303,6 +311,7 @@ class NodeCluster:
             "--allocate-node-cidrs=false",
             f"--service-cluster-ip-range={self.service_cidr}",
             "--controllers=*",
+            f"--node-monitor-period={NODE_MONITOR_PERIOD}s",
             # Its default is under /usr/libexec, which it would create on the host.
             f"--flex-volume-plugin-dir={self.root / 'kcm-flex-volumes'}",
         ]
@@ -390,10 +399,20 @@ def _proxy_healthy(_api: client.ApiClient, member: NodeMember) -> bool:
 
 
 def _untainted(api: client.ApiClient, member: NodeMember) -> bool:
-    """Whether the node lifecycle controller has lifted the Node's not-ready taint."""
+    """Whether the Node is free of the not-ready taint, Ready long enough to stay so.
+
+    Ready for ``SETTLED`` seconds: the node lifecycle controller's passes since read it
+    Ready, so no taint from a pass that read it earlier is still to come.
+    """
     node = client.CoreV1Api(api).read_node(member.name)
     taints = (node.spec.taints if node.spec else None) or []
-    return not any(t.key == _NOT_READY_TAINT for t in taints)
+    if any(t.key == _NOT_READY_TAINT for t in taints):
+        return False
+    conditions = (node.status.conditions if node.status else None) or []
+    since = next((c.last_transition_time for c in conditions if c.type == "Ready"), None)
+    if since is None:
+        return False
+    return (datetime.now(UTC) - since).total_seconds() >= SETTLED
 
 
 def _api_endpoint(api: client.ApiClient, address: str) -> bool:
