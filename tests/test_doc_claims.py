@@ -7,7 +7,8 @@ and how long a tier takes:
 - a "not yet supported" list names only fields the Stack CRD does not have;
 - every ``kubectl apply`` of CRDs a page or the Makefile shows applies every CRD under
   ``manifests/crd`` (a directory, or every file by name);
-- the unit tier's time in the development page is the Makefile's own.
+- the unit tier's time in the development page is the Makefile's own;
+- the installation page's compatibility table names the versions the tests run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import yaml
+
+from reconcile.spec.model import FLUX_API_VERSIONS
+from testbed.assets.flux import FLUX_SOURCE_CONTROLLER_VERSION
+from testbed.assets.kube import HELM_VERSION, K8S_VERSION
+from testbed.assets.pulumi import PULUMI_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 CHART_README = REPO / "charts" / "pulumi-stack-operator" / "README.md"
@@ -172,3 +178,56 @@ def test_a_planted_unit_time_is_caught() -> None:
     assert page != make
     page, make = unit_time_claims("| `make test-unit` | under 5 minutes |\n", makefile)
     assert page != make
+
+
+def compatibility(text: str) -> dict[str, str]:
+    """The installation page's compatibility table: component -> version cell."""
+    section = text.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): cells[1].strip() for cells in rows[1:] if len(cells) == 2}
+
+
+def versions_run_here() -> dict[str, str]:
+    """What the table must say, from the test bed's assets and the image's Dockerfile."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    python = re.search(r"ARG PYTHON_IMAGE=python:(\d+\.\d+)", dockerfile)
+    node = re.search(r"ARG NODE_IMAGE=node:(\d+)", dockerfile)
+    assert python, "the Dockerfile's Python base image moved"
+    assert node, "the Dockerfile's Node.js base image moved"
+    return {
+        "Kubernetes": K8S_VERSION,
+        "Flux source API": ", ".join(f"`{v}`" for v in FLUX_API_VERSIONS),
+        "Flux source-controller": FLUX_SOURCE_CONTROLLER_VERSION,
+        "Pulumi CLI": PULUMI_VERSION,
+        "Python": python[1],
+        "Node.js": node[1],
+        "Helm": HELM_VERSION,
+    }
+
+
+def wrong_versions(table: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
+    """Each wanted component whose row is missing or says another version."""
+    found = {}
+    for component, version in wanted.items():
+        cells = [cell for name, cell in table.items() if _names(name, component)]
+        if cells != [version]:
+            found[component] = f"{cells} (tests run {version})"
+    return found
+
+
+def _names(row: str, component: str) -> bool:
+    """Whether table row ``row`` is about ``component`` (its name, then a gloss)."""
+    return row == component or row.startswith(component + " ")
+
+
+def test_the_compatibility_table_names_the_versions_the_tests_run() -> None:
+    """Kubernetes, Flux, the CLI, Python, Node.js and Helm: each row is what runs here."""
+    table = compatibility((REPO / "docs" / "installation.md").read_text(encoding="utf-8"))
+    assert wrong_versions(table, versions_run_here()) == {}
+
+
+def test_a_planted_wrong_version_is_caught() -> None:
+    """The control: a row naming another Kubernetes version, or none, fails the check."""
+    wanted = versions_run_here()
+    table = {"Kubernetes (kube-apiserver)": "1.30.0", "Helm": wanted["Helm"]}
+    assert set(wrong_versions(table, wanted)) == set(wanted) - {"Helm"}

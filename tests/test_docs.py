@@ -253,7 +253,16 @@ def test_every_flag_and_its_variable_is_documented_and_nothing_else() -> None:
 
 FOREIGN_FLAGS: Mapping[str, frozenset[str]] = {
     "kubectl": frozenset(
-        {"--server-side", "--force-conflicts", "--overwrite", "--for", "--force", "--grace-period"}
+        {
+            "--server-side",
+            "--force-conflicts",
+            "--overwrite",
+            "--for",
+            "--force",
+            "--grace-period",
+            "--all-namespaces",
+            "--type",
+        }
     ),
     "kubectl, hack/dev.py": frozenset({"--timeout"}),
     "helm": frozenset({"--wait", "--namespace", "--create-namespace", "--set"}),
