@@ -128,7 +128,8 @@ class JobRunner(abc.ABC):
 
     Guarantees: ``run`` runs ``up`` (``preview`` when asked) and ``destroy`` runs
     ``destroy``, each through ``_operate`` with the request's job; ``prepare`` prepares
-    nothing here (the job's own process does). A request without a job is a programming
+    nothing here, and the backend's locks are not read or released here either: the job's
+    own process (the agent) does both. A request without a job is a programming
     error: ``ValueError``, naming the runner.
     """
 
@@ -149,6 +150,21 @@ class JobRunner(abc.ABC):
         """None: the job's own process prepares its workspace."""
         del request
         return None
+
+    def locks(self, request: UpdateRequest) -> list[LockInfo] | None:
+        """None: the backend is the job's process's to read."""
+        del request
+        return None
+
+    def clear_stale_lock(self, request: UpdateRequest) -> bool:
+        """False: the job's agent releases a lock an earlier run of the Stack left."""
+        del request
+        return False
+
+    def cancel(self, request: UpdateRequest) -> bool:
+        """False: the job's agent releases a lock an earlier run of the Stack left."""
+        del request
+        return False
 
     @abc.abstractmethod
     def _operate(

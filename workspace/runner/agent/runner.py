@@ -66,7 +66,6 @@ from workspace.runner.scrub import Scrubber
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     ErrorKind,
-    LockInfo,
     Operation,
     Outcome,
     Progress,
@@ -140,21 +139,6 @@ class AgentRunner(JobRunner):
         """None: the agent's processes die with the operator."""
         del request, on_progress, stop
         return None
-
-    def locks(self, request: UpdateRequest) -> list[LockInfo] | None:
-        """None: the backend is the agent's to read."""
-        del request
-        return None
-
-    def clear_stale_lock(self, request: UpdateRequest) -> bool:
-        """False: the agent releases a lock an earlier run of the Stack left."""
-        del request
-        return False
-
-    def cancel(self, request: UpdateRequest) -> bool:
-        """False: the agent releases a lock an earlier run of the Stack left."""
-        del request
-        return False
 
     # one operation ------------------------------------------------------------------
 

@@ -87,7 +87,6 @@ from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
     Detached,
     ErrorKind,
-    LockInfo,
     Operation,
     Outcome,
     ProgressCallback,
@@ -183,21 +182,6 @@ class PodRunner(JobRunner):
             return self._run(self._follow(job, pod, operation), report, stopping)
         cleared = self._clear(job, pod, operation, stopping)
         return cleared if isinstance(cleared, Detached) else None
-
-    def locks(self, request: UpdateRequest) -> list[LockInfo] | None:
-        """None: the backend is the run pod's to read."""
-        del request
-        return None
-
-    def clear_stale_lock(self, request: UpdateRequest) -> bool:
-        """False: the agent releases a lock an earlier run pod of the Stack left."""
-        del request
-        return False
-
-    def cancel(self, request: UpdateRequest) -> bool:
-        """False: the agent releases a lock an earlier run pod of the Stack left."""
-        del request
-        return False
 
     def has_cache_claim(self, namespace: str) -> bool:
         """Whether ``namespace`` has the cache claim (False when it cannot be read)."""
