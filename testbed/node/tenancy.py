@@ -63,12 +63,7 @@ def state_namespace(
     cluster.kubectl("apply", "-f", str(manifest))
     try:
         with cluster.api_client() as api:
-            core = client.CoreV1Api(api)
-            wait_for(
-                lambda: _has_service_account(core, namespace),
-                f"the default ServiceAccount of {namespace}",
-                SERVICE_ACCOUNT_TIMEOUT,
-            )
+            wait_for_service_account(client.CoreV1Api(api), namespace)
         yield namespace
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
@@ -99,6 +94,19 @@ def with_env(workspace: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     spec = dict(workspace.get("spec") or {})
     spec["env"] = [*spec.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
     return {**workspace, "spec": spec}
+
+
+def wait_for_service_account(core: client.CoreV1Api, namespace: str) -> None:
+    """Return once ``namespace``'s ``default`` ServiceAccount exists.
+
+    kube-controller-manager makes it some time after the namespace; until then the API
+    server refuses every pod of the namespace (``serviceaccount "default" not found``).
+    """
+    wait_for(
+        lambda: _has_service_account(core, namespace),
+        f"the default ServiceAccount of {namespace}",
+        SERVICE_ACCOUNT_TIMEOUT,
+    )
 
 
 def _namespace(name: str) -> dict[str, Any]:

@@ -54,6 +54,8 @@ SERVED = ("team-a", "team-b")  # the namespaces overlays/namespaces serves
 APPLIED = (
     *INSTALLS,
     "samples",
+    "samples/program-object",
+    "samples/flux",
     "prometheus",
     "prometheus/pod-monitor",
     "grafana",
@@ -878,15 +880,25 @@ def dry_run(
     return control_plane.kubectl(*args, check=False)
 
 
+# The Flux sample's GitRepository needs Flux's CRDs, which the source-controller's fixture
+# installs on the session's control plane.
+NEEDS_FLUX = ("samples/flux",)
+DRY_RUNS = [
+    pytest.param(d, marks=[pytest.mark.flux, pytest.mark.git]) if d in NEEDS_FLUX else d
+    for d in APPLIED
+]
+
+
 @pytest.mark.integration
 @pytest.mark.usefixtures("stack_crd", "system_namespace")
-@pytest.mark.parametrize("directory", APPLIED)
+@pytest.mark.parametrize("directory", DRY_RUNS)
 def test_dry_run_on_a_real_apiserver(
     directory: str,
     control_plane: ControlPlane,
     monitoring_kinds: frozenset[str],
     namespace: str,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The apiserver accepts every object (strict field validation), without a warning.
 
@@ -906,7 +918,9 @@ def test_dry_run_on_a_real_apiserver(
         pytest.skip(f"{directory}: only monitoring objects, and their CRDs are unobtainable")
     for served in SERVED if directory == "overlays/namespaces" else ():
         control_plane.kubectl("create", "namespace", served, check=False)
-    target = namespace if directory == "samples" else None
+    if directory in NEEDS_FLUX:
+        request.getfixturevalue("flux_source")
+    target = namespace if directory.startswith("samples") else None
     proc = dry_run(control_plane, objects, tmp_path / "objects.yaml", target)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from testbed.node import deployment
+from testbed.node.tenancy import wait_for_service_account
 from tests.e2e.conftest import Sentinels, Stacks
 from tests.status.invariants import StackWatcher
 
@@ -72,6 +74,7 @@ def tenant_namespace(
     if claim:
         node_cluster.kubectl("apply", "-f", str(_claim_manifest(state, namespace, volume_name)))
     with node_cluster.api_client() as api, StackWatcher(api, namespace) as watcher:
+        wait_for_service_account(client.CoreV1Api(api), namespace)  # or its pods are refused
         stacks = Stacks(api, namespace, state / "backend")
         stacks.watcher = watcher
         stacks.secret("pulumi-secrets", {"passphrase": passphrase})

@@ -23,6 +23,7 @@ from kubernetes import client
 from testbed.node import NodeCluster
 from testbed.node.cluster import READY_TIMEOUT
 from testbed.node.images import HTTP_SERVER_IMAGE
+from testbed.node.tenancy import wait_for_service_account
 from testbed.process import ProcessError
 from testbed.waits import wait_for
 from tests.node.cluster import marker_server, node_binaries_or_skip
@@ -82,6 +83,7 @@ def web(node_cluster: NodeCluster, http_server_image: str) -> Iterator[Web]:
     with node_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        wait_for_service_account(core, namespace)  # until then its pods are refused
         pod, service = _web_objects(namespace, http_server_image)
         core.create_namespaced_pod(namespace, pod)
         created: Any = core.create_namespaced_service(namespace, service)

@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from controller.clock import parse_time
 from testbed.git_server import GitServer
 from testbed.node import deployment
+from testbed.node.tenancy import wait_for_service_account
 from testbed.waits import wait_for
 from tests.e2e.conftest import Program, Sentinels, Stacks, find, has_reason
 from tests.e2e.waits import wait_mid_step
@@ -51,6 +53,7 @@ def doomed_namespace(node_cluster: Any, state: Path, passphrase: str) -> Iterato
     node_cluster.kubectl("apply", "-f", str(manifest))
     try:
         with node_cluster.api_client() as api, StackWatcher(api, namespace) as watcher:
+            wait_for_service_account(client.CoreV1Api(api), namespace)  # or pods are refused
             stacks = Stacks(api, namespace, state / "backend")
             stacks.watcher = watcher
             stacks.secret("pulumi-secrets", {"passphrase": passphrase})

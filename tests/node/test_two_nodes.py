@@ -31,6 +31,7 @@ from kubernetes import client
 from testbed.node import NodeCluster
 from testbed.node.faults import NodeFaults
 from testbed.node.images import HTTP_SERVER_IMAGE, http_server_archive
+from testbed.node.tenancy import wait_for_service_account
 from testbed.waits import wait_for
 from tests.node.cluster import logs_reported, marker_server, node_binaries_or_skip
 
@@ -115,6 +116,7 @@ def pinned(two_nodes: NodeCluster) -> Pinned:
     with two_nodes.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        wait_for_service_account(core, namespace)  # until then its pods are refused
         services: dict[int, str] = {}
         for index, node in enumerate(two_nodes.node_names, start=1):
             labels = {"pin": str(index)}
