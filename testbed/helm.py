@@ -126,6 +126,24 @@ class Helm:
             args.append("--create-namespace")
         return self.run(*args, timeout=timeout + 60.0)
 
+    def upgrade(
+        self,
+        release: str,
+        chart: Path,
+        namespace: str,
+        values: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 300.0,
+    ) -> str:
+        """``helm upgrade --wait`` of an installed release: returns once it is ready again.
+
+        Raises ``HelmError`` if the upgrade fails or is not ready within ``timeout`` seconds.
+        As Helm does, it leaves the chart's ``crds/`` alone.
+        """
+        args = ["upgrade", release, str(chart), "--namespace", namespace, "--wait"]
+        args += [*self._values_args(values), f"--timeout={int(timeout)}s"]
+        return self.run(*args, timeout=timeout + 60.0)
+
     def uninstall(self, release: str, namespace: str, *, timeout: float = 300.0) -> str:
         """``helm uninstall --wait``: returns once the release's objects are gone."""
         args = ["uninstall", release, "--namespace", namespace, "--wait"]

@@ -13,6 +13,10 @@ from kubernetes import client
 
 from testbed.assets import AssetError
 from testbed.helm import Helm, find_helm
+from tests.node.fixtures import (  # noqa: F401 - the chart-on-node test's fixtures
+    sentinels,
+    state,
+)
 
 CHART = Path(__file__).parents[2] / "charts" / "pulumi-stack-operator"
 RELEASE = "pulumi-stack-operator"
