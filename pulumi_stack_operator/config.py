@@ -22,6 +22,7 @@ from controller.config import Application, Config, parse, positive
 from controller.config import build_parser as build_manager_parser
 from controller.names import is_dns_label, is_dns_subdomain
 from reconcile.tenancy import ANY, RUNNER_LABEL, Tenancy
+from workspace.runner.pod.spec import DEFAULT_REQUESTS
 
 ENV_PREFIX = "PSO_"
 RUNNERS = ("local", "pod", "agent")
@@ -62,6 +63,11 @@ class OperatorConfig:
     """``pod`` runner: what Stacks may ask of their run pods (priority, tolerations, SAs)."""
     source_discovery_period: float = 30.0
     """Seconds between two looks for program source kinds not served yet (Flux's)."""
+    run_pod_requests: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_REQUESTS)
+    )
+    """``pod`` runner: a run pod's resource requests for each resource its Stack's
+    ``workspaceTemplate`` neither requests nor limits (empty: none)."""
 
 
 _QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
@@ -96,6 +102,29 @@ def mirror_url(value: str) -> str:
         msg = f"{value!r}: the plugin mirror's URL cannot hold '=' or ','"
         raise argparse.ArgumentTypeError(msg)
     return value
+
+
+_REQUEST = re.compile(r"\d+(\.\d+)?(m|[kMGTPE]|[KMGTPE]i)?")
+REQUESTABLE = ("cpu", "memory", "ephemeral-storage")
+
+
+def resource_requests(value: str) -> dict[str, str]:
+    """An argparse ``type``: ``name=quantity`` pairs, comma-separated (``cpu=100m,memory=256Mi``).
+
+    Names are ``REQUESTABLE``, each once; quantities are Kubernetes quantities; "" is none.
+    """
+    requests: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, _, quantity = (s.strip() for s in part.partition("="))
+        if name not in REQUESTABLE or name in requests:
+            known = ", ".join(REQUESTABLE)
+            msg = f"{part!r}: name each of {known} at most once, as name=quantity"
+            raise argparse.ArgumentTypeError(msg)
+        if not _REQUEST.fullmatch(quantity):
+            msg = f"{part!r}: {quantity!r} is not a quantity such as 100m, 0.5, 256Mi or 1Gi"
+            raise argparse.ArgumentTypeError(msg)
+        requests[name] = quantity
+    return requests
 
 
 def claim_name(value: str) -> str:
@@ -238,6 +267,15 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         "it each run installs into its own pod; '' never mounts one (default: pulumi-cache)",
     )
     add(
+        "--run-pod-requests",
+        type=resource_requests,
+        default=dict(DEFAULT_REQUESTS),
+        help="--runner=pod: the resource requests of a run pod's containers for each "
+        "resource (cpu, memory, ephemeral-storage) its Stack's workspaceTemplate neither "
+        "requests nor limits, as name=quantity pairs; '' sets none, leaving them to the "
+        "namespace's LimitRange (default: cpu=100m,memory=256Mi)",
+    )
+    add(
         "--source-discovery-period",
         type=positive(float),
         default=30.0,
@@ -292,6 +330,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         dependency_cache_size=args.dependency_cache_size,
         plugin_mirror=args.plugin_mirror,
         run_cache_claim=args.run_cache_claim,
+        run_pod_requests=args.run_pod_requests,
         max_run_timeout=args.max_run_timeout,
         source_discovery_period=args.source_discovery_period,
         tenancy=Tenancy(

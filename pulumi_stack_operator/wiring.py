@@ -101,6 +101,7 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
         caching=caching,
         clock=context.clock,
         field_manager=cfg.manager.field_manager,
+        requests=cfg.run_pod_requests,
     )
 
 

@@ -477,6 +477,21 @@ def test_tenancy_values_reach_the_operator(helm: Helm) -> None:
 
 
 @helm_test
+def test_run_pod_requests_reach_the_operator(helm: Helm) -> None:
+    """``runPodRequests`` is the flag, passed only when it is not the operator's default."""
+    for given, requests in [
+        ("cpu=1,ephemeral-storage=2Gi", {"cpu": "1", "ephemeral-storage": "2Gi"}),
+        ("", {}),
+    ]:
+        cfg = operator_config(render_chart(helm, {"runPodRequests": given}), SYSTEM_NAMESPACE)
+        assert cfg.run_pod_requests == requests
+    # The default passes no flag: the operator's own default applies.
+    assert "--run-pod-requests" not in json.dumps(render_chart(helm))
+    default = operator_config(render_chart(helm), SYSTEM_NAMESPACE)
+    assert default.run_pod_requests == {"cpu": "100m", "memory": "256Mi"}
+
+
+@helm_test
 def test_metrics_are_secure_unless_switched_off(helm: Helm) -> None:
     """Secure by default (port 8443, reviews' RBAC); off: plain HTTP on 8080, no reviews."""
     secure = render_chart(helm)
@@ -647,6 +662,7 @@ def test_resources(helm: Helm) -> None:
         pytest.param({"watchNamespaces": "team-a"}, "watchNamespaces", id="namespaces-not-a-list"),
         pytest.param({"watchNamespaces": ["Team_A"]}, "watchNamespaces", id="bad-namespace"),
         pytest.param({"replica": 2}, "replica", id="unknown-key"),
+        pytest.param({"runPodRequests": "gpu=1"}, "runPodRequests", id="bad-requests"),
         pytest.param({"extraEnv": [{"value": "x"}]}, "extraEnv", id="env-without-name"),
         pytest.param({"extraArgs": ["workers=4"]}, "extraArgs", id="arg-not-a-flag"),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy", id="pull-policy"),

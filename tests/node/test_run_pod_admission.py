@@ -46,12 +46,14 @@ def failures(stacks: Stacks, name: str) -> int:
     return max(counts, default=0)
 
 
-def test_a_quota_that_forbids_the_run_pod_is_named_and_retried_until_lifted(
+def test_a_quota_that_forbids_the_run_pod_is_named_and_retried_until_raised(
     node_cluster: Any, pod_tenant: Stacks, node_git: GitServer, tmp_path: Path, state: Path
 ) -> None:
-    """``pods: 0``: RunnerFailed naming the quota, retried; lifted, the next retry converges.
+    """``pods: 0``: RunnerFailed naming the quota, retried; raised, the next retry converges.
 
-    The create is refused (403) before any pod exists: nothing ran, nothing is lost.
+    The create is refused (403) before any pod exists: nothing ran, nothing is lost. The
+    raised quota bounds requests, so it admits only pods that request CPU and memory: the
+    run pod does, with the operator's default requests.
     """
     before = metrics(node_cluster)
     quota = client.V1ResourceQuota(
@@ -64,17 +66,22 @@ def test_a_quota_that_forbids_the_run_pod_is_named_and_retried_until_lifted(
     fault.assert_says("RunnerFailed", "exceeded quota: no-run-pods", "raise or lift it")
     wait_for(lambda: failures(pod_tenant, "quota") >= 2, "a retry refused too", 60)
     wait_counted(node_cluster, before, FAILED, grown=2, reason=REFUSED)
-    pod_tenant.core.delete_namespaced_resource_quota("no-run-pods", pod_tenant.namespace)
+    raised = {"pods": "5", "requests.cpu": "1", "requests.memory": "1Gi"}
+    pod_tenant.core.patch_namespaced_resource_quota(
+        "no-run-pods", pod_tenant.namespace, {"spec": {"hard": raised}}
+    )
     pod_tenant.wait_ready("quota", timeout=300)
     assert (state / "quota.txt").read_text() == "one"
     created = counter(metrics(node_cluster), CREATED) - counter(before, CREATED)
-    assert created == 1, "only the run after the quota was lifted had a pod"
+    assert created == 1, "only the run after the quota was raised had a pod"
 
 
 def test_a_limit_range_gives_run_pods_its_defaults_and_refuses_past_its_max(
     node_cluster: Any, pod_tenant: Stacks, node_git: GitServer, tmp_path: Path, state: Path
 ) -> None:
-    """Defaults fill a run pod that asks nothing (it runs); past the max it is refused.
+    """Its default limits fill a run pod that sets none (it runs); past the max it is refused.
+
+    The requests are the operator's defaults, which come before the LimitRange's.
 
     The refusal names the LimitRange's maximum and the setting; lowered, it converges.
     """
@@ -95,6 +102,7 @@ def test_a_limit_range_gives_run_pods_its_defaults_and_refuses_past_its_max(
     pod = wait_for(lambda: running(pod_tenant, "defaulted"), "the run pod to run", 240)
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"memory": "1Gi", "cpu": "2"}, resources
+    assert resources["requests"] == {"memory": "256Mi", "cpu": "100m"}, resources
     pod_tenant.wait_ready("defaulted", timeout=240)
 
     body = fault_stack(pod_tenant, "greedy", program)

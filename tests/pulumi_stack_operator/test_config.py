@@ -6,14 +6,22 @@ The manager's flags (names, defaults, validation) are tested generically in
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pulumi_stack_operator.config import ENV_PREFIX, RUNNERS, build_parser, parse_config
+from pulumi_stack_operator.config import (
+    ENV_PREFIX,
+    RUNNERS,
+    build_parser,
+    parse_config,
+    resource_requests,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,6 +149,20 @@ def test_dependency_cache_and_plugin_mirror_flags() -> None:
     assert (cfg.plugin_mirror, cfg.run_cache_claim) == ("https://mirror.example/plugins", "")
 
 
+def test_run_pod_requests() -> None:
+    """cpu=100m,memory=256Mi unless told otherwise; "" is none; bad pairs are refused."""
+    assert parse_config([], {}).run_pod_requests == {"cpu": "100m", "memory": "256Mi"}
+    given = " cpu = 0.5 , ephemeral-storage=1Gi"
+    assert parse_config([f"--run-pod-requests={given}"], {}).run_pod_requests == {
+        "cpu": "0.5",
+        "ephemeral-storage": "1Gi",
+    }
+    assert parse_config([], {"PSO_RUN_POD_REQUESTS": ""}).run_pod_requests == {}
+    for bad in ("gpu=1", "cpu=1,cpu=2", "memory", "memory=lots", "cpu=-1", "memory=1GiB"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad.split(",")[-1]))):
+            resource_requests(bad)
+
+
 def test_source_discovery_period() -> None:
     """30 s unless the flag or its variable says otherwise; never zero or negative."""
     assert parse_config([], {}).source_discovery_period == 30.0
@@ -222,6 +244,7 @@ def test_help_is_the_operators() -> None:
             ["--plugin-mirror=http://mirror/?a=b"], {}, "cannot hold '=' or ','", id="mirror-eq"
         ),
         pytest.param(["--run-cache-claim=Cache_1"], {}, "PersistentVolumeClaim", id="claim"),
+        pytest.param(["--run-pod-requests=gpu=1"], {}, "name each of cpu", id="requests"),
         pytest.param([], {"PSO_RUNNER": "remote"}, "invalid choice", id="env-runner"),
         pytest.param(
             ["--allowed-priority-classes=High"], {}, "not a PriorityClass name", id="class"

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Mapping
 from datetime import datetime
 from typing import ClassVar
 
@@ -138,16 +139,19 @@ class PodRunner(JobRunner):
         caching: RunCaching | None = None,
         clock: Clock | None = None,
         field_manager: str | None = None,
+        requests: Mapping[str, str] = podspec.DEFAULT_REQUESTS,
     ) -> None:
         """Create pods of ``image`` through ``api_client``; time them on ``clock``.
 
         ``caching`` says which claim of a Stack's namespace its run pods mount as their
         dependency cache (when it exists), its limit and the plugin mirror; the pods are
-        written as ``field_manager``.
+        written as ``field_manager``; ``requests`` are a run's resource requests where its
+        Stack sets none.
         """
         self.api = PodApi(api_client, field_manager)
         self.image = image
         self.caching = caching or RunCaching()
+        self.requests = dict(requests)
         self._with = Following(
             api=self.api,
             clock=clock or RealClock(),
@@ -251,6 +255,7 @@ class PodRunner(JobRunner):
             grace=self._with.grace,
             caching=self.caching,
             cached=self.has_cache_claim(job.namespace),
+            requests=self.requests,
         )
         try:
             pod = self.api.create(job, manifest)

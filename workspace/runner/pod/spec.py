@@ -22,6 +22,10 @@ Guarantees of ``run_pod``:
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
+* ``requests`` (``DEFAULT_REQUESTS`` unless the operator is told otherwise) are the run
+  and checkout containers' resource requests for each resource the template neither
+  requests nor limits (a limit alone makes Kubernetes request as much), so that the
+  scheduler reserves what a run uses and a namespace quota on requests admits the pod.
 * The Stack's own init containers (``podTemplate.spec.initContainers``) run after the
   checkout, with the run container's security context forced on them; every container
   has ``PULUMI_ENV`` naming a file on the pod's ``share`` volume (``envfile``), which they
@@ -36,8 +40,9 @@ Guarantees of ``run_pod``:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
 from workspace.runner.job import ENV_SOURCES, WORKSPACE, EnvSources, RunJob, SecretEnv
@@ -63,6 +68,10 @@ AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CACHE_VOLUME = "pulumi-cache"
 CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.volumes)
 ENV_FILE_VARIABLE = {"name": ENV_VARIABLE, "value": ENV_FILE}  # in every container
+DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "256Mi"}
+"""A run's resource requests unless the Stack sets its own: a tenth of a core (a run is
+short and mostly waits; the CPU it takes beyond is lent while free) and the memory one
+holds at its peak (the CLI, the language host and a small program: some 250 MiB)."""
 _NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
 
 
@@ -97,14 +106,18 @@ def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
     grace: float,
     caching: RunCaching | None = None,
     cached: bool = False,
+    requests: Mapping[str, str] = DEFAULT_REQUESTS,
 ) -> dict[str, Any]:
     """The manifest of the pod that runs ``operation`` for ``job`` (see the module doc).
 
     ``image`` is used unless the Stack names its own; ``grace`` is the seconds the pod has
     between SIGTERM (the operator interrupting the run) and SIGKILL. ``cached``: the
-    namespace has ``caching.claim``, which the run container mounts.
+    namespace has ``caching.claim``, which the run container mounts. ``requests``: the
+    resource requests of a run whose Stack neither requests nor limits that resource.
     """
     template = job.template()
+    resources = _resources(template.get("resources"), requests)
+    template = {**template, "resources": resources} if resources else template
     spec = _pod_spec(job, operation, template, image, grace)
     _add_caching(spec, caching or RunCaching(claim=""), cached=cached)
     return {
@@ -113,6 +126,23 @@ def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
         "metadata": _metadata(job, operation, template),
         "spec": spec,
     }
+
+
+def _resources(given: Mapping[str, Any] | None, defaults: Mapping[str, str]) -> dict[str, Any]:
+    """``given`` (a container's resources), requesting ``defaults`` where it sets nothing.
+
+    A default applies to a resource that ``given`` neither requests nor limits; the result
+    is empty when both are.
+    """
+    resources = dict(given or {})
+    requests = dict(resources.get("requests") or {})
+    limits = resources.get("limits") or {}
+    for name, quantity in defaults.items():
+        if name not in requests and name not in limits:
+            requests[name] = quantity
+    if requests:
+        resources["requests"] = requests
+    return resources
 
 
 def _add_caching(spec: dict[str, Any], caching: RunCaching, *, cached: bool) -> None:

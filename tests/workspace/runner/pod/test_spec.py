@@ -9,7 +9,13 @@ import pytest
 
 from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.job import Owner
-from workspace.runner.pod.spec import AGENT_COMMAND, RunCaching, pod_name, run_pod
+from workspace.runner.pod.spec import (
+    AGENT_COMMAND,
+    DEFAULT_REQUESTS,
+    RunCaching,
+    pod_name,
+    run_pod,
+)
 
 
 def job(**fields: Any) -> RunJob:
@@ -99,7 +105,7 @@ def test_secret_values_come_by_reference() -> None:
         ({"nodeSelector": {"pool": "pulumi"}}, lambda p: p["spec"]["nodeSelector"]),
         (
             {"resources": {"limits": {"memory": "1Gi"}}},
-            lambda p: p["spec"]["containers"][0]["resources"],
+            lambda p: {"limits": p["spec"]["containers"][0]["resources"]["limits"]},
         ),
         ({"env": [{"name": "A", "value": "1"}]}, lambda p: p["spec"]["containers"][0]["env"][-1:]),
         ({"labels": {"team": "a"}}, lambda p: {"team": p["metadata"]["labels"]["team"]}),
@@ -109,6 +115,50 @@ def test_the_workspace_template_is_applied(overrides: dict[str, Any], check: Any
     """What the Stack's workspaceTemplate sets reaches the pod."""
     [value] = overrides.values()
     assert check(manifest(overrides=json.dumps(overrides))) == value
+
+
+def requests_of(pod: dict[str, Any]) -> list[dict[str, str] | None]:
+    """The resource requests of the checkout and run containers, in that order."""
+    containers = [pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]]
+    return [c.get("resources", {}).get("requests") for c in containers]
+
+
+def test_a_run_requests_the_defaults_for_what_its_stack_leaves_unset() -> None:
+    """No resources: both containers request the defaults; the pod is Burstable, unlimited."""
+    pod = manifest()
+    assert requests_of(pod) == [dict(DEFAULT_REQUESTS)] * 2
+    assert "limits" not in pod["spec"]["containers"][0]["resources"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "requested"),
+    [
+        ({"requests": {"cpu": "2"}}, {"cpu": "2", "memory": "256Mi"}),
+        # A limit alone: Kubernetes requests as much, so no default may exceed it.
+        ({"limits": {"memory": "128Mi"}}, {"cpu": "100m"}),
+        ({"requests": {"cpu": "1", "memory": "1Gi"}}, {"cpu": "1", "memory": "1Gi"}),
+        (
+            {"limits": {"cpu": "1", "memory": "1Gi"}},
+            None,
+        ),
+    ],
+    ids=["cpu-requested", "memory-limited", "both-requested", "both-limited"],
+)
+def test_a_stacks_own_requests_and_limits_win_key_by_key(
+    resources: dict[str, Any], requested: dict[str, str] | None
+) -> None:
+    """Each resource the template requests or limits is its own; the rest get the defaults."""
+    pod = manifest(overrides=json.dumps({"resources": resources}))
+    assert requests_of(pod) == [requested] * 2
+    assert pod["spec"]["containers"][0]["resources"].get("limits") == resources.get("limits")
+
+
+def test_the_operator_may_set_other_defaults_or_none() -> None:
+    """``requests``: the operator's own defaults; empty: no resources at all (LimitRange's)."""
+    mine = run_pod(job(), "up", image="operator:1", grace=60, requests={"memory": "1Gi"})
+    assert requests_of(mine) == [{"memory": "1Gi"}] * 2
+    none = run_pod(job(), "up", image="operator:1", grace=60, requests={})
+    assert all("resources" not in c for c in none["spec"]["containers"])
 
 
 def test_the_template_cannot_take_over_the_runners_labels_or_image() -> None:
