@@ -33,13 +33,13 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create the virtualenv with the operator and its test, lint and docs tools.
 
 .PHONY: test-assets
-test-assets: ## Find or build the test binaries, helm, the Kubernetes provider and Flux's source-controller (cached); as root, the node's and image's tools.
+test-assets: ## Find or build the test binaries, helm, the Kubernetes provider, Flux's source-controller and the OpenTelemetry Collector (cached); as root, the node's and image's tools.
 	@# One after the other: go build uses every core, and builds side by side were slower.
 	$(MAKE) --no-print-directory test-assets-go test-assets-host
 
 .PHONY: test-assets-go test-assets-host
 test-assets-go:
-	hack/test-assets --with helm --with kubernetes --with flux
+	hack/test-assets --with helm --with kubernetes --with flux --with otel
 
 test-assets-host:
 	hack/install-prometheus

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client
 
 from testbed import process
-from testbed.assets import AssetError, find_kube_binary, find_pulumi
+from testbed.assets import AssetError, find_built, find_kube_binary, find_pulumi
 from testbed.control_plane import Binaries, ControlPlane, wait_established
 from testbed.controller_manager import ControllerManager
 from testbed.controller_manager import find_binary as find_controller_manager
@@ -30,6 +30,7 @@ from testbed.flux import SourceController
 from testbed.flux import find_binary as find_source_controller
 from testbed.git_http import Account, GitHttpServer
 from testbed.git_server import GitServer
+from testbed.otel_collector import OtelCollector
 from testbed.plugin_mirror import Plugin, PluginMirror, kubernetes_provider
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from testbed.pulumi_env import PulumiEnv
@@ -122,6 +123,13 @@ def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def otel_collector(tmp_path: Path) -> Iterator[OtelCollector]:
+    """A real OpenTelemetry Collector for one test: OTLP in, spans to a file it reads back."""
+    with OtelCollector(find_built("otel"), tmp_path / "otelcol") as collector:
+        yield collector
 
 
 @pytest.fixture

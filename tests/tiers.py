@@ -49,6 +49,7 @@ FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
     "flux_git": ("git",),
     "prometheus": ("prometheus",),
     "helm_binary": ("helm",),
+    "otel_collector": ("otel",),
     # The Flux source-controller on the session's control plane, fetching from a git server.
     "flux_source": ("flux", "integration", "git"),
     # A node cluster is a control plane too; its git daemon serves the node's pods.
@@ -74,6 +75,7 @@ BINARY_MARKS: Final[Mapping[str, str]] = {
     "promtool": "prometheus",
     "helm": "helm",
     "source-controller": "flux",
+    "otelcol-pso": "otel",
     "podman": "image",
     "buildah": "image",
     "kubelet": "node",
@@ -97,6 +99,7 @@ MARKERS: Final[Mapping[str, str]] = {
     "prometheus": "runs Debian's prometheus or promtool",
     "helm": "needs the helm binary built from its Go module",
     "flux": "runs the real Flux source-controller built from its Go module",
+    "otel": "runs the real OpenTelemetry Collector built from its Go modules",
     "image": "builds or runs the operator's container image (podman, root)",
     "node": "needs the real single-node cluster (kubelet, containerd; root)",
 }

@@ -27,7 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
-from testbed.assets import flux, kube, pulumi
+from testbed.assets import flux, kube, otel, pulumi
 from testbed.assets.core import AssetError, cache_root, go_platform
 from testbed.assets.pulumi import PULUMI_BINARIES
 from testbed.assets.recipe import Recipe
@@ -40,7 +40,12 @@ PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator
 # v0.95.x only for the pkg/apis/monitoring submodule, which holds no CRD manifests).
 PROMETHEUS_OPERATOR_VERSION = "0.94.1"
 
-RECIPES: dict[str, Recipe] = {**kube.RECIPES, **pulumi.RECIPES, **flux.RECIPES}
+RECIPES: dict[str, Recipe] = {
+    **kube.RECIPES,
+    **pulumi.RECIPES,
+    **flux.RECIPES,
+    **otel.RECIPES,
+}
 """Every recipe, by the name ``find_built`` and ``hack/test-assets --with`` take."""
 
 
