@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 import prometheus_client
 
-from controller import heap
+from controller import heap, tracing
 from controller.clock import RealClock
 from controller.logs import configure_logging
 from controller.manager import Manager, run
+from pulumi_stack_operator import telemetry
 from pulumi_stack_operator.config import parse_config
 
 
@@ -29,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return agent.main(args[1:])
     heap.limit_arenas()  # before any thread starts
     cfg = parse_config(args)
+    try:
+        chosen = telemetry.configure(os.environ)
+    except telemetry.TracingConfigError as err:
+        print(f"pulumi-stack-operator: error: {err}", file=sys.stderr)  # noqa: T201
+        return 2
+    tracing.install(chosen)
     clock = RealClock()
     configure_logging(cfg.manager.log_format, cfg.manager.log_level, clock=clock)
     # No *_created series: they double the exposition, client-go's metrics have none, and
@@ -37,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported after logging is configured, so that what the imports log is formatted.
     from pulumi_stack_operator.wiring import STACKS, stack_reconciler_factory  # noqa: PLC0415
 
-    return run(Manager(cfg.manager, "stacks", STACKS, stack_reconciler_factory(cfg), clock=clock))
+    try:
+        return run(
+            Manager(cfg.manager, "stacks", STACKS, stack_reconciler_factory(cfg), clock=clock)
+        )
+    finally:
+        chosen.shutdown()  # what is batched goes out before the process does
 
 
 if __name__ == "__main__":

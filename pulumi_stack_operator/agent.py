@@ -45,6 +45,7 @@ from pathlib import Path
 
 from controller.clock import RealClock
 from controller.signals import relay_signals
+from controller.tracing import TraceContext
 from pulumi_stack_operator.fence import SETTLE_BOUND, Fence, PodPresence
 from pulumi_stack_operator.pulumi_cli import pulumi_command
 from workspace.runner import (
@@ -68,7 +69,7 @@ from workspace.runner import (
 )
 from workspace.runner.document import JobDocument, ValueRef
 from workspace.runner.envfile import ENV_VARIABLE
-from workspace.runner.job import SOURCE_DIR
+from workspace.runner.job import SOURCE_DIR, trace_of
 from workspace.runner.job import WORKSPACE as POD_WORKSPACE
 from workspace.runner.layout import lay_out, program_in
 from workspace.runner.lease import LeaseKeeper, Settled, settle_own
@@ -90,6 +91,7 @@ class AgentJob:
     document: JobDocument
     operation: str
     secrets: Mapping[str, str]
+    trace: TraceContext | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> AgentJob:
@@ -100,7 +102,8 @@ class AgentJob:
             raise ValueError(msg)
         prefixes = (SECRET_ENV_PREFIX, GIT_ENV_PREFIX)
         secrets = {k: v for k, v in environ.items() if k.startswith(prefixes)}
-        return cls(JobDocument.decode(environ["PSO_JOB"]), operation, secrets)
+        document = JobDocument.decode(environ["PSO_JOB"])
+        return cls(document, operation, secrets, trace_of(environ))
 
     def value(self, ref: ValueRef) -> str:
         """A ref's value: its variable's (a Secret key the kubelet filled) or its own."""
@@ -131,7 +134,7 @@ class AgentJob:
         env |= written or {}
         env |= job.env
         env |= self.values(job.env_refs)
-        return job.request(
+        request = job.request(
             work_dir,
             env=env,
             secret_config=self.values(job.secret_config),
@@ -139,6 +142,7 @@ class AgentJob:
             pulumi_home=WORKSPACE / "home",
             secret_env=self.secret_env(environ, written or {}),
         )
+        return dataclasses.replace(request, trace=self.trace)
 
     def secret_env(
         self, environ: Mapping[str, str], written: Mapping[str, str]

@@ -14,11 +14,17 @@
    there, concludes the announced run at once (never a "Running pulumi up" left behind);
 4. the operation, with live progress (coalesced by the status writer) and its deadline;
 5. the verdict on the outcome, written with ``lastUpdate``, ``history`` and ``outputs``.
+
+Traced (``controller.tracing``): a ``run`` span under the reconcile's, with ``checkout``,
+``operate`` and ``conclude`` inside; the operation's request carries the ``operate`` span's
+context, so that the Pulumi CLI's own spans hang under it. Attributes name the Stack, its
+generation, commit and operation, and the verdict's reason: never a message.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -27,6 +33,7 @@ import structlog
 from controller.cache import ObjectKey
 from controller.clock import Clock
 from controller.reconciler import Result
+from controller.tracing import Attribute, tracing
 from reconcile import report, source_verdicts
 from reconcile import verdict as verdicts
 from reconcile.collaborators import Collaborators, StatusSink
@@ -40,6 +47,8 @@ from workspace.runner import Detached, ErrorKind, Progress, SourceFault
 from workspace.source import ProgramDirError, SourceError
 
 log = structlog.get_logger(__name__)
+
+STACK_ATTRIBUTE = "pulumi_stack_operator.stack"  # the Stack's name (a span attribute)
 
 
 class Runs:
@@ -55,6 +64,17 @@ class Runs:
 
     def run(self, at: Pass, plan: Plan, stop: threading.Event) -> Result:
         """Carry out ``plan``'s run for the Stack of ``at`` (see the module docstring)."""
+        attributes: dict[str, Attribute] = {
+            "k8s.namespace.name": at.key.namespace,
+            STACK_ATTRIBUTE: at.key.name,
+            "pulumi_stack_operator.generation": at.generation,
+            "pulumi_stack_operator.commit": plan.observed.commit,
+            "pulumi_stack_operator.operation": plan.operation,
+        }
+        with tracing().span("run", attributes):
+            return self._run(at, plan, stop)
+
+    def _run(self, at: Pass, plan: Plan, stop: threading.Event) -> Result:
         observed = plan.observed
         log.info("Run due", why=plan.decision.why, operation=plan.operation, commit=observed.commit)
         orphaned = self._orphaned(plan)
@@ -67,23 +87,27 @@ class Runs:
         self._effects.execute(at, verdict, also=start, now=started)
         legs.mark("announce")
         try:
-            request = self._preparer.request(at, plan)
+            with tracing().span("checkout"):
+                request = self._preparer.request(at, plan)
         except (SourceError, ProgramDirError) as err:
             return self._source_failed(at, plan, SourceFault.of(err), str(err))
         except RemoteSpecError as err:
             return self._not_started(at, plan, Reason.INVALID_SPEC, str(err))
         legs.mark("checkout")
-        attempt = Attempt(request, self._settings.timeout(plan.spec), orphaned=orphaned)
         progress = ProgressReporter(self._parts.writer, self._parts.clock, at, plan.operation)
         try:
-            with self._running(at) as deleting:
+            with self._running(at) as deleting, tracing().span("operate"):
+                traced = dataclasses.replace(request, trace=tracing().trace_context())
+                attempt = Attempt(traced, self._settings.timeout(plan.spec), orphaned=orphaned)
                 operated = self._operator.run(attempt, progress, stop, deleting)
         finally:
             progress.close()
         legs.mark("runner")
         if isinstance(operated, Detached):  # the next instance attaches
             return Result()
-        result = self._conclude(at, plan, operated)
+        with tracing().span("conclude") as span:
+            result = self._conclude(at, plan, operated)
+            span.set_attribute("pulumi_stack_operator.error", str(operated.outcome.error))
         legs.mark("conclude")
         inside = {f"in_runner_{k}_s": v for k, v in operated.outcome.seconds.items()}
         log.debug("Run timed", operation=plan.operation, **legs.seconds, **inside)

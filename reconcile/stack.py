@@ -34,6 +34,7 @@ from typing import Any
 
 from controller.cache import ObjectKey
 from controller.reconciler import Result
+from controller.tracing import tracing
 from reconcile import earned, prerequisites, source_verdicts, tenancy
 from reconcile import verdict as verdicts
 from reconcile.accounts import refused_account
@@ -46,7 +47,7 @@ from reconcile.finalize import Finalizer, has_finalizer
 from reconcile.prepare import Preparer
 from reconcile.refs import MissingConfigMapError, MissingSecretError
 from reconcile.resource import FINALIZER, GROUP, KIND, PLURAL, VERSION
-from reconcile.run import Runs
+from reconcile.run import STACK_ATTRIBUTE, Runs
 from reconcile.sources import ProgramInvalidError, SourceNotReadyError
 from reconcile.spec import (
     SpecError,
@@ -83,15 +84,18 @@ class StackReconciler:
         self._finalizer = Finalizer(parts, settings, self._effects, self._preparer)
 
     def reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
-        """Bring one Stack up to date (see the module docstring); timed by result."""
+        """Bring one Stack up to date (see the module docstring); timed by result, traced."""
         clock = self._parts.clock
         started, result = clock.now(), "error"
-        try:
-            outcome = self._reconcile(key, stop)
-            result = "requeue_after" if outcome.requeue_after else "success"
-            return outcome
-        finally:
-            self._parts.metrics.observe_reconcile(result, clock.now() - started)
+        where = {"k8s.namespace.name": key.namespace, STACK_ATTRIBUTE: key.name}
+        with tracing().span("reconcile", where) as span:
+            try:
+                outcome = self._reconcile(key, stop)
+                result = "requeue_after" if outcome.requeue_after else "success"
+                return outcome
+            finally:
+                span.set_attribute("pulumi_stack_operator.result", result)
+                self._parts.metrics.observe_reconcile(result, clock.now() - started)
 
     def _reconcile(self, key: ObjectKey, stop: threading.Event) -> Result:
         obj = self._parts.view.get(key)

@@ -276,6 +276,7 @@ FOREIGN_FLAGS: Mapping[str, frozenset[str]] = {
             "--no-dependencies",
             "--target-dependents",
             "--run-program",
+            "--otel-traces",
         }
     ),
     "git": frozenset({"--depth"}),

@@ -471,12 +471,19 @@ def operator_flags() -> tuple[str, ...]:
 
 
 @pytest.fixture
+def operator_env() -> dict[str, str]:
+    """Environment variables a test module gives the ``operator`` fixture's (override it)."""
+    return {}
+
+
+@pytest.fixture
 def operator(
     bed: Bed,
     tmp_path: Path,
     stacks: Stacks,
     sentinels: Sentinels,
     operator_flags: tuple[str, ...],
+    operator_env: dict[str, str],
 ) -> Iterator[Operator]:
     """The operator process (started), stopped afterwards and its output scanned for secrets.
 
@@ -500,6 +507,7 @@ def operator(
             *operator_flags,
         ),
         pulumi_bin=find_pulumi(),
+        env=operator_env,
     )
     op.start()
     metrics = ""

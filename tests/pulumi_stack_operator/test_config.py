@@ -265,3 +265,10 @@ def test_bad_input_exits_2_with_a_message(
     assert proc.returncode == 2
     assert proc.stderr.startswith("usage: pulumi-stack-operator")
     assert message in proc.stderr
+
+
+def test_an_otel_setting_it_cannot_honour_exits_2_naming_it() -> None:
+    """A bad ``OTEL_*`` variable: status 2 and a message naming it, before anything starts."""
+    proc = operator_cli(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pulumi-stack-operator: error: OTEL_EXPORTER_OTLP_ENDPOINT")

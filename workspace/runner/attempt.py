@@ -361,7 +361,11 @@ class OperationRun:
         """Run an engine operation with its events followed and observed."""
         with self._phase(phase, step) as observer, EventLog(observer.on_event) as events:
             tail = [*_DISPLAY, "--event-log", str(events), "--stack", self.request.stack]
-            return self.cli.run([*args, *tail])
+            trace = self.request.trace
+            if trace is None:
+                return self.cli.run([*args, *tail])
+            tail += ["--otel-traces", trace.endpoint]
+            return self.cli.run([*args, *tail], env={"TRACEPARENT": trace.traceparent})
 
     @contextlib.contextmanager
     def _phase(self, phase: Phase, step: Step | None = None) -> Iterator[StepObserver]:

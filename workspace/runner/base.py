@@ -10,6 +10,7 @@ take the reconciler's ``RunJob`` (the pod runner, the agent runner) share: ``run
 from __future__ import annotations
 
 import abc
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -181,4 +182,6 @@ class JobRunner(abc.ABC):
             name = type(self).__name__
             msg = f"{name} needs UpdateRequest.job (the runner's traits say takes_job)"
             raise ValueError(msg)
-        return request.job
+        if request.trace is None:
+            return request.job
+        return dataclasses.replace(request.job, trace=request.trace)

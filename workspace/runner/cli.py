@@ -136,7 +136,12 @@ class Cli:
         self.seconds = 0.0  # every command's time so far, on the context's clock
 
     def run(
-        self, args: Sequence[str], *, stdin: str | None = None, interruptible: bool = True
+        self,
+        args: Sequence[str],
+        *,
+        stdin: str | None = None,
+        interruptible: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> process.Completed:
         """Run ``pulumi <args>``; its result, or ``CliError`` on a non-zero exit.
 
@@ -146,7 +151,8 @@ class Cli:
 
         ``interruptible=False`` is for short read-only or finishing bookkeeping: it starts
         and completes even after ``stop``. Raises ``CliStoppedError`` (nothing ran) when
-        ``stop`` is set before an interruptible command starts.
+        ``stop`` is set before an interruptible command starts. ``env`` is added to this
+        command's environment only.
         """
         self.last = None
         # The subcommand only: the words before the first flag (a flag's value, such as
@@ -156,7 +162,7 @@ class Cli:
         command = process.Command(
             [self._context.binary, *_non_interactive(args)],
             cwd=self._context.work_dir,
-            env=self._env(),
+            env={**self._env(), **(env or {})},
             stdin=stdin,
             grace=self._context.grace,
         )

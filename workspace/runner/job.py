@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from controller.tracing import TraceContext
+
 WORKSPACE = "/workspace"
 """Where a run pod mounts its workspace volume (the checkout, homes, the run's files)."""
 SOURCE_DIR = "source"
@@ -63,7 +65,8 @@ class RunJob:
     ``timeout`` is the run's deadline in seconds; ``changed_at`` when the spec change this
     run is for was written (None: not a spec change). ``reclaim``: ``"Delete"`` deletes
     the run pod once its outcome is in, ``"Retain"`` keeps a finished one (its log stays
-    readable) until the owner's next run or its deletion.
+    readable) until the owner's next run or its deletion. ``trace``: where the run's CLI
+    sends its spans and under which span (``TRACE_ENV``), None: nowhere.
     """
 
     namespace: str
@@ -81,6 +84,7 @@ class RunJob:
     timeout: float = 7200.0
     changed_at: datetime | None = None
     reclaim: str = "Delete"
+    trace: TraceContext | None = None
 
     def template(self) -> dict[str, Any]:
         """The workspaceTemplate overrides, decoded (a fresh dict)."""
@@ -187,3 +191,22 @@ def could_be_secret(value: str) -> bool:
 _POD_OWN = frozenset({"HOSTNAME", "HOME", "PATH", "TMPDIR"})
 _POD_OWN_PREFIXES = ("KUBERNETES_", "PSO_")
 _SOURCE_KEYS = ("secret", "plain", "secretPrefixes")
+
+
+TRACEPARENT_ENV = "PSO_TRACEPARENT"
+TRACE_ENDPOINT_ENV = "PSO_OTEL_TRACES"
+
+
+def trace_env(trace: TraceContext | None) -> dict[str, str]:
+    """The agent's variables that carry ``trace`` (none without one)."""
+    if trace is None:
+        return {}
+    return {TRACEPARENT_ENV: trace.traceparent, TRACE_ENDPOINT_ENV: trace.endpoint}
+
+
+def trace_of(environ: Mapping[str, str]) -> TraceContext | None:
+    """The ``TraceContext`` the agent's variables carry, or None."""
+    parent, endpoint = environ.get(TRACEPARENT_ENV), environ.get(TRACE_ENDPOINT_ENV)
+    if not parent or not endpoint:
+        return None
+    return TraceContext(traceparent=parent, endpoint=endpoint)

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from controller.tracing import TraceContext
 from workspace.runner.job import RunJob
 from workspace.source import ProgramDirError, SourceError, SourceFailure
 
@@ -102,6 +103,8 @@ class UpdateRequest:
     shared home, which is safe only for callers that run one tenant's stacks. ``job`` is
     what a runner that runs elsewhere needs instead of ``work_dir``, ``env`` and
     ``secret_config`` (references, never secret values); ``LocalRunner`` ignores it.
+    ``trace``: where the CLI's own spans belong (``--otel-traces`` and ``TRACEPARENT`` of
+    its engine operations); None: the CLI exports none.
     ``secret_env`` names the ``env`` entries whose values came from Secrets; the others
     are plain (written in the Stack or the pod's own environment) and are masked in
     messages only when their name says they are credentials (``scrub``). None: where the
@@ -126,6 +129,7 @@ class UpdateRequest:
     run_program: bool = False
     environments: tuple[str, ...] = ()
     secret_env: frozenset[str] | None = None
+    trace: TraceContext | None = None
 
     def __repr__(self) -> str:
         """Show everything but values that may be secret."""
@@ -140,7 +144,8 @@ class UpdateRequest:
             f"pulumi_home={str(self.pulumi_home) if self.pulumi_home else None!r}, "
             f"job={self.job!r}, target_dependents={self.target_dependents}, "
             f"run_program={self.run_program}, environments={self.environments!r}, "
-            f"secret_env={sorted(self.secret_env) if self.secret_env is not None else None!r})"
+            f"secret_env={sorted(self.secret_env) if self.secret_env is not None else None!r}, "
+            f"trace={self.trace!r})"
         )
 
 

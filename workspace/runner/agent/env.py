@@ -41,7 +41,7 @@ from urllib3.exceptions import HTTPError
 from controller.coreapi import Timeout
 from workspace.runner.cli import INHERITED_ENV
 from workspace.runner.envfile import ENV_VARIABLE
-from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv
+from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv, trace_env
 
 API_TIMEOUT = 10.0  # seconds one read of a Secret or ConfigMap may take
 SHARE = "share"  # the workspace's stand-in for the pod's share volume (PULUMI_ENV's file)
@@ -191,6 +191,7 @@ def step_envs(  # noqa: PLR0913 - one run's facts, all keyword-only
         "PSO_WORKSPACE": str(workspace),
         "PSO_JOB": job.document,
         "PSO_OPERATION": operation,
+        **trace_env(job.trace),
     }
     tail = {
         ENV_SOURCES: EnvSources.of(template.get("env", []), template.get("envFrom", [])).encode(),

@@ -45,7 +45,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
-from workspace.runner.job import ENV_SOURCES, WORKSPACE, EnvSources, RunJob, SecretEnv
+from workspace.runner.job import (
+    ENV_SOURCES,
+    WORKSPACE,
+    EnvSources,
+    RunJob,
+    SecretEnv,
+    trace_env,
+)
 
 CONTAINER = "pulumi"
 CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
@@ -309,6 +316,7 @@ def _agent_env(job: RunJob, operation: str) -> list[dict[str, Any]]:
         "PSO_OPERATION": operation,
         "HOME": f"{WORKSPACE}/home",
         "TMPDIR": "/tmp",  # noqa: S108 - the pod's own emptyDir
+        **trace_env(job.trace),
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     return [*env, *_secret_env(job.secret_env)]

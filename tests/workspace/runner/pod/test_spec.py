@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from controller.tracing import TraceContext
 from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
-from workspace.runner.job import Owner
+from workspace.runner.job import Owner, trace_env, trace_of
 from workspace.runner.pod.spec import (
     AGENT_COMMAND,
     DEFAULT_REQUESTS,
@@ -293,3 +294,14 @@ def test_a_stacks_own_share_volume_is_the_one_used() -> None:
     claim = {"name": "share", "persistentVolumeClaim": {"claimName": "shared"}}
     spec = manifest(overrides=json.dumps({"volumes": [claim]}))["spec"]
     assert [v for v in spec["volumes"] if v["name"] == "share"] == [claim]
+
+
+def test_a_traced_run_hands_its_context_to_the_agent() -> None:
+    """The job's trace context: two plain variables of the run container, and none without."""
+    trace = TraceContext("00-" + "a" * 32 + "-" + "b" * 16 + "-01", "grpc://collector:4317")
+    [container] = manifest(trace=trace)["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert trace_of(env) == trace
+    [untraced] = manifest()["spec"]["containers"]
+    assert trace_of({e["name"]: e.get("value") for e in untraced["env"]}) is None
+    assert trace_env(None) == {}

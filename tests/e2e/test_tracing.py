@@ -1,0 +1,139 @@
+"""Every run as one OpenTelemetry trace, the Pulumi engine's spans inside, sent to a real Collector.
+
+The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Collector
+(``testbed.otel_collector``: OTLP/gRPC in, every span to a file). One Stack runs once; then:
+
+- its run is one ``run`` span, under the ``reconcile`` span that found it due, with
+  ``checkout``, ``operate`` and ``conclude`` inside, attributed with the Stack's namespace
+  (``k8s.namespace.name``), name, generation, commit and operation;
+- the Pulumi CLI's own spans (service ``pulumi-cli``: the engine, its plugins and steps)
+  are in the same trace, the CLI's root span a child of ``operate``;
+- no secret (the passphrase, a secret config value) is in any span's name, attributes or
+  events, the CLI's included.
+
+Without the variables nothing is exported: the operator stops (a tracing operator flushes
+what it holds when it stops), the Collector stops (it flushes too), and its file is empty.
+Under the agent runner the CLI runs in the run's agent (the run pod's, as a process here),
+which gets the context through the job; the pod runner hands it the same way (pods reach
+the Collector through its in-cluster address, which the node's bed does not run).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from testbed.otel_collector import OtelCollector, Span
+from testbed.waits import wait_for
+from tests.e2e.beds import OFF_NODE
+from tests.e2e.conftest import Operator, Program, Sentinels, Stacks
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
+
+SECRET = {"token": {"type": "Secret", "secret": {"name": "app", "key": "token"}}}
+
+
+@pytest.fixture
+def operator_env(otel_collector: OtelCollector) -> dict[str, str]:
+    """The Collector as the operator's OTLP endpoint; batches sent every 100 ms."""
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otel_collector.grpc_endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+
+
+def traced_run(spans: list[Span], name: str) -> list[Span]:
+    """The spans of the one trace holding the ``run`` span of Stack ``name`` (else [])."""
+    runs = [s for s in spans if s.name == "run" and s.attributes.get(STACK) == name]
+    if not runs:
+        return []
+    return [s for s in spans if s.trace_id == runs[0].trace_id]
+
+
+STACK = "pulumi_stack_operator.stack"
+
+
+def cli_root(trace: list[Span]) -> Span | None:
+    """The Pulumi CLI's root span of ``trace``, once it has arrived."""
+    found = [s for s in trace if s.service == "pulumi-cli" and s.name == "pulumi"]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("runner", OFF_NODE)
+def test_a_run_is_one_trace_with_the_engines_spans_inside(
+    otel_collector: OtelCollector,
+    stacks: Stacks,
+    program: Program,
+    operator: Operator,
+    sentinels: Sentinels,
+) -> None:
+    """Reconcile > run > checkout, operate > the CLI's spans, conclude; no secret anywhere."""
+    del operator
+    stacks.secret("app", {"token": sentinels.secret_config})
+    stacks.create(stacks.manifest("traced", program, secretsRef=SECRET))
+    ready = stacks.wait_ready("traced", timeout=120)
+
+    def arrived() -> list[Span]:
+        trace = traced_run(otel_collector.spans(), "traced")
+        return trace if cli_root(trace) is not None else []
+
+    trace = wait_for(arrived, "the run's trace, with the CLI's spans", 60)
+    by_name = {s.name: s for s in trace if s.service == "pulumi-stack-operator"}
+    run, reconcile = by_name["run"], by_name["reconcile"]
+    assert run.parent_span_id == reconcile.span_id
+    assert reconcile.attributes["k8s.namespace.name"] == stacks.namespace
+    for leg in ("checkout", "operate", "conclude"):
+        assert by_name[leg].parent_span_id == run.span_id, leg
+    assert run.attributes["pulumi_stack_operator.generation"] == ready["metadata"]["generation"]
+    assert run.attributes["pulumi_stack_operator.commit"] == program.first
+    assert run.attributes["pulumi_stack_operator.operation"] == "up"
+    assert by_name["conclude"].attributes["pulumi_stack_operator.error"] == "None"
+    root = cli_root(trace)
+    assert root is not None
+    assert root.parent_span_id == by_name["operate"].span_id
+    engine = [s for s in trace if s.service == "pulumi-cli"]
+    assert len(engine) > 5, [s.name for s in engine]  # the engine's steps, plugins, RPCs
+    print(tree(trace))  # noqa: T201 - the trace, for a failure's report and the docs
+    runs = [s for s in otel_collector.spans() if s.name == "run"]
+    assert [s.attributes[STACK] for s in runs] == ["traced"], "one run span per run"
+    exported = json.dumps([span_text(s) for s in otel_collector.spans()])
+    for value in sentinels.values():
+        assert value not in exported, "a secret value is in a span"
+
+
+def tree(trace: list[Span]) -> str:
+    """``trace`` as an indented tree: each span's service, name and milliseconds."""
+    children: dict[str, list[Span]] = {}
+    for span in sorted(trace, key=lambda s: s.start_ns):
+        children.setdefault(span.parent_span_id, []).append(span)
+    ids = {s.span_id for s in trace}
+    lines: list[str] = []
+
+    def walk(span: Span, depth: int) -> None:
+        took = (span.end_ns - span.start_ns) / 1e6
+        lines.append(f"{'  ' * depth}{span.name} [{span.service}] {took:.0f} ms")
+        for child in children.get(span.span_id, []):
+            walk(child, depth + 1)
+
+    for root in [s for s in trace if s.parent_span_id not in ids]:
+        walk(root, 0)
+    return "\n".join(lines)
+
+
+def span_text(span: Span) -> dict[str, Any]:
+    """Everything a span carries that could hold a value."""
+    return {"name": span.name, "attributes": span.attributes, "events": span.events}
+
+
+@pytest.mark.parametrize("operator_env", [{}], ids=["no-otel-variables"])
+def test_without_the_variables_nothing_is_exported(
+    otel_collector: OtelCollector, stacks: Stacks, program: Program, operator: Operator
+) -> None:
+    """Tracing is off by default: after a run, a stopped operator and Collector, no span."""
+    stacks.create(stacks.manifest("untraced", program))
+    stacks.wait_ready("untraced", timeout=120)
+    assert operator.stop() == 0
+    otel_collector.stop()
+    assert otel_collector.spans() == []
