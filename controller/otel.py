@@ -73,6 +73,13 @@ class SdkTracing(Tracing):
             return None
         return TraceContext(traceparent=parent, endpoint=self._cli_endpoint)
 
+    def trace_id(self) -> str | None:
+        """The current span's trace id, if it is recorded (sampled)."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid or not context.trace_flags.sampled:
+            return None
+        return f"{context.trace_id:032x}"
+
     def shutdown(self) -> None:
         """Flush and stop the exporter."""
         self._provider.shutdown()

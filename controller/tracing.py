@@ -19,6 +19,8 @@ Contract:
   ``TRACEPARENT``) and the endpoint for ``--otel-traces`` (``grpc://host:port``). None when
   tracing is off, nothing is current, or the collector is reached over TLS (the CLI's own
   exporter is then not given the endpoint: only the operator's spans are sent).
+* ``trace_id()`` is the current trace's id (32 hex digits), for a user to find the trace
+  from the Stack; None when off or nothing is current (or the trace is not sampled).
 * ``shutdown()`` flushes what is batched; call it once, at exit.
 """
 
@@ -69,6 +71,10 @@ class Tracing:
 
     def trace_context(self) -> TraceContext | None:
         """None: nothing to hand on."""
+        return None
+
+    def trace_id(self) -> str | None:
+        """None: no trace."""
         return None
 
     def shutdown(self) -> None:

@@ -45,6 +45,19 @@ def started(observed: Observed, operation: str, identity: str, now: datetime.dat
     return apply
 
 
+def traced(mutation: Mutation, field: str, trace_id: str | None) -> Mutation:
+    """``mutation``, then ``status.<field>.traceId`` set to ``trace_id`` (when there is one)."""
+    if trace_id is None:
+        return mutation
+
+    def apply(status: Mapping[str, Any]) -> dict[str, Any]:
+        new = mutation(status)
+        new[field] = {**new.get(field, {}), "traceId": trace_id}
+        return new
+
+    return apply
+
+
 def progress(
     progress: Progress, operation: str, generation: int, now: datetime.datetime
 ) -> Mutation:

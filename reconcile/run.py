@@ -81,9 +81,12 @@ class Runs:
         if orphaned and (resumed := self._resume_orphaned(at, plan, stop)) is not None:
             return resumed
         started, legs = self._parts.clock.wall(), _Legs(self._parts.clock)
+        trace_id = tracing().trace_id()
         start = report.started(observed, plan.operation, self._settings.identity, started)
+        start = report.traced(start, "currentUpdate", trace_id)
         note = self._settings.timeout_note(plan.spec)
         verdict = verdicts.run_started(plan.operation, observed.commit, at.generation, note)
+        verdict = verdicts.with_trace(verdict, trace_id)
         self._effects.execute(at, verdict, also=start, now=started)
         legs.mark("announce")
         try:
@@ -187,6 +190,9 @@ class Runs:
         failures = verdict.failures or 0
         outcome = verdicts.recorded(facts)
         fields = report.concluded(plan.observed, outcome, failures, now, verdict.conditions)
+        trace_id = tracing().trace_id()
+        fields = report.traced(fields, "lastUpdate", trace_id)
+        verdict = verdicts.with_trace(verdict, trace_id)
         return self._effects.execute(at, verdict, also=fields, now=now)
 
     def _conclude_orphaned(self, at: Pass, plan: Plan) -> None:

@@ -410,6 +410,16 @@ def run_started(operation: str, commit: str, generation: int, note: str = "") ->
     )
 
 
+def with_trace(verdict: Verdict, trace_id: str | None) -> Verdict:
+    """``verdict`` with its Event's message naming the run's trace (when there is one)."""
+    if trace_id is None or verdict.event is None:
+        return verdict
+    event = dataclasses.replace(
+        verdict.event, message=f"{verdict.event.message} (trace {trace_id})"
+    )
+    return dataclasses.replace(verdict, event=event)
+
+
 def not_started(reason: Reason, message: str, previous_failures: int, *, fresh: bool) -> Verdict:
     """An announced run could not start (its source or ``spec.repoDir`` failed): a stall.
 

@@ -9,7 +9,9 @@ The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Col
 - the Pulumi CLI's own spans (service ``pulumi-cli``: the engine, its plugins and steps)
   are in the same trace, the CLI's root span a child of ``operate``;
 - no secret (the passphrase, a secret config value) is in any span's name, attributes or
-  events, the CLI's included.
+  events, the CLI's included;
+- the Stack leads to its trace: ``status.lastUpdate.traceId`` and the run's Events
+  (``UpdateStarted``, ``Succeeded``) name it.
 
 Without the variables nothing is exported: the operator stops (a tracing operator flushes
 what it holds when it stops), the Collector stops (it flushes too), and its file is empty.
@@ -96,6 +98,11 @@ def test_a_run_is_one_trace_with_the_engines_spans_inside(
     engine = [s for s in trace if s.service == "pulumi-cli"]
     assert len(engine) > 5, [s.name for s in engine]  # the engine's steps, plugins, RPCs
     print(tree(trace))  # noqa: T201 - the trace, for a failure's report and the docs
+    # From the Stack to its trace: lastUpdate and the run's Events name it.
+    assert ready["status"]["lastUpdate"]["traceId"] == run.trace_id
+    for event in stacks.wait_events("traced", "UpdateStarted", "Succeeded"):
+        if event.reason in ("UpdateStarted", "Succeeded"):
+            assert event.message.endswith(f"(trace {run.trace_id})"), event.message
     runs = [s for s in otel_collector.spans() if s.name == "run"]
     assert [s.attributes[STACK] for s in runs] == ["traced"], "one run span per run"
     exported = json.dumps([span_text(s) for s in otel_collector.spans()])
@@ -133,7 +140,8 @@ def test_without_the_variables_nothing_is_exported(
 ) -> None:
     """Tracing is off by default: after a run, a stopped operator and Collector, no span."""
     stacks.create(stacks.manifest("untraced", program))
-    stacks.wait_ready("untraced", timeout=120)
+    ready = stacks.wait_ready("untraced", timeout=120)
+    assert "traceId" not in ready["status"]["lastUpdate"]
     assert operator.stop() == 0
     otel_collector.stop()
     assert otel_collector.spans() == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
+from typing import Any
 
 from reconcile import report
 from status.conditions import get_condition
@@ -38,3 +40,15 @@ def test_engine_steps_count_resources_and_have_no_start() -> None:
     assert reconciling is not None
     assert reconciling["message"] == "Running pulumi up: update, 2/5 resources done, 1 failed"
     assert "startedAt" not in status["progress"]
+
+
+def test_a_traced_run_names_its_trace_in_the_field_it_writes() -> None:
+    """``traced`` adds ``traceId`` to the field the mutation wrote; without a trace, nothing."""
+
+    def concluded(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {**status, "lastUpdate": {"state": "succeeded"}}
+
+    assert report.traced(concluded, "lastUpdate", None) is concluded
+    status = report.traced(concluded, "lastUpdate", "ab" * 16)({"observedGeneration": 1})
+    assert status["lastUpdate"] == {"state": "succeeded", "traceId": "ab" * 16}
+    assert status["observedGeneration"] == 1

@@ -549,3 +549,16 @@ def test_an_interruption_nobody_here_asked_for_is_judged_a_runner_failure() -> N
 def test_every_error_kind_has_a_row_of_the_verdict_table() -> None:
     """No outcome escapes the table: each ``ErrorKind`` a runner may report is judged."""
     assert set(ROWS) == set(ErrorKind)
+
+
+def test_a_traced_verdicts_event_names_the_trace() -> None:
+    """The Event's message ends with the trace id; no trace or no Event: unchanged."""
+    started = verdicts.run_started("up", "c" * 40, 3)
+    traced = verdicts.with_trace(started, "ab" * 16)
+    assert traced.event is not None
+    assert started.event is not None
+    assert traced.event.message == f"{started.event.message} (trace {'ab' * 16})"
+    assert traced.conditions == started.conditions
+    assert verdicts.with_trace(started, None) is started
+    quiet = dataclasses.replace(started, event=None)
+    assert verdicts.with_trace(quiet, "ab" * 16) is quiet
