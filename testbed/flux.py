@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import datetime
 import os
-import types
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from kubernetes import client, config
 
 from testbed.assets import find_built, find_flux_crds
 from testbed.control_plane import Kubectl, wait_established
-from testbed.process import Process, free_port
+from testbed.process import Process, Served, free_port
 from testbed.waits import wait_for
 
 GROUP, VERSION = "source.toolkit.fluxcd.io", "v1"
@@ -62,7 +61,7 @@ def find_binary(*, build: bool = True) -> Path:
     return find_built("flux", build=build) / "source-controller"
 
 
-class SourceController:
+class SourceController(Served):
     """One source-controller process for one control plane; see the module."""
 
     def __init__(
@@ -99,20 +98,6 @@ class SourceController:
     def log_path(self) -> Path:
         """Its log file (stdout and stderr, JSON lines)."""
         return self.root / "logs" / "source-controller.log"
-
-    def __enter__(self) -> Self:
-        """Start it (see ``start``)."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: types.TracebackType | None,
-    ) -> None:
-        """Stop it."""
-        self.stop()
 
     def start(self) -> None:
         """Install its CRDs, start it, and wait until it is ready and serves artifacts.

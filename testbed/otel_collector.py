@@ -12,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-import types
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from testbed.process import Process, free_port
+from testbed.process import Process, Served, free_port
 
 DIST_NAME = "otelcol-pso"
 
@@ -53,7 +52,7 @@ def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _value(item.get("value", {})) for item in items or []}
 
 
-class OtelCollector:
+class OtelCollector(Served):
     """The Collector process (see the module docstring); a context manager."""
 
     def __init__(self, binary_dir: Path, root: Path) -> None:
@@ -73,20 +72,6 @@ class OtelCollector:
     def http_endpoint(self) -> str:
         """The OTLP/HTTP endpoint (its base URL)."""
         return f"http://127.0.0.1:{self.http_port}"
-
-    def __enter__(self) -> Self:
-        """Start it."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: types.TracebackType | None,
-    ) -> None:
-        """Stop it."""
-        self.stop()
 
     def start(self) -> None:
         """Write its configuration, start it, and wait until both receivers listen."""

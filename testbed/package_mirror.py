@@ -35,9 +35,9 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Protocol, Self
+from typing import IO, Protocol
 
+from testbed.process import Served
 from testbed.serving import Serving
 
 NPM_UPSTREAM = "https://registry.npmjs.org/"
@@ -325,7 +325,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         del format, args
 
 
-class PackageMirror:
+class PackageMirror(Served):
     """An npm and PyPI pass-through mirror on ``host``:``port`` (0: a free one); see the module."""
 
     def __init__(
@@ -356,20 +356,6 @@ class PackageMirror:
         """Stop serving and close the port; safe to call twice."""
         if self._serving is not None:
             self._serving.stop()
-
-    def __enter__(self) -> Self:
-        """Start the mirror."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Stop the mirror."""
-        self.stop()
 
     @property
     def url(self) -> str:

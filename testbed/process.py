@@ -14,8 +14,10 @@ import signal
 import socket
 import subprocess
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 # envtest polls every 100 ms and waits 20 s; a 2-core machine building or testing in
 # parallel needs more.
@@ -97,6 +99,35 @@ def free_port() -> int:
         if port not in _recent_ports:
             _recent_ports[port] = now
             return port
+
+
+class Served:
+    """A test-bed server as a context manager: ``with`` starts it, leaving the block stops it.
+
+    Subclasses define ``start`` (returns once the server serves) and ``stop`` (safe twice).
+    """
+
+    def start(self) -> None:
+        """Start serving."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop serving."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        """Start it."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> None:
+        """Stop it."""
+        self.stop()
 
 
 class ProcessError(RuntimeError):

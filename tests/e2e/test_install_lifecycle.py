@@ -116,6 +116,12 @@ def operator(plane: ControlPlane, tmp_path: Path) -> Iterator[Operator]:
 
 
 @pytest.fixture
+def program(git_server: GitServer, tmp_path: Path) -> Program:
+    """A repository of the files program on the session's git server."""
+    return Program(git_server, tmp_path / "checkouts")
+
+
+@pytest.fixture
 def first_crds() -> list[str]:
     """The kubectl arguments that install the CRDs at first: the page's command."""
     return shown("## Upgrading", UPGRADE_CRDS)
@@ -177,14 +183,9 @@ def written(obj: dict[str, Any]) -> dict[str, Any]:
     "first_crds", [["apply", "--server-side", "-f", str(PREVIOUS)]], ids=["previous"]
 )
 def test_objects_written_under_the_previous_crds_read_and_run_after_the_upgrade(
-    plane: ControlPlane,
-    operator: Operator,
-    stacks: Stacks,
-    git_server: GitServer,
-    tmp_path: Path,
+    plane: ControlPlane, operator: Operator, stacks: Stacks, program: Program, tmp_path: Path
 ) -> None:
     """Nothing pruned, status patches taken, the verdict kept without a run, the next run runs."""
-    program = Program(git_server, tmp_path / "checkouts")
     stacks.create(stacks.manifest("app", program))
     operator.start()
     stacks.wait_ready("app", timeout=120)
@@ -251,14 +252,9 @@ def read(plane: ControlPlane, *args: str) -> dict[str, Any]:
 
 
 def test_uninstalling_as_the_page_says_destroys_what_it_was_told_and_keeps_the_rest(
-    plane: ControlPlane,
-    operator: Operator,
-    stacks: Stacks,
-    git_server: GitServer,
-    tmp_path: Path,
+    plane: ControlPlane, operator: Operator, stacks: Stacks, program: Program
 ) -> None:
     """``destroyOnFinalize`` destroys; without it resources stay; a stuck Stack is let go."""
-    program = Program(git_server, tmp_path / "checkouts")
     stacks.create(stacks.manifest("destroyed", program, destroyOnFinalize=True))
     stacks.create(stacks.manifest("kept", program))
     operator.start()
