@@ -1,10 +1,12 @@
 """A real OpenTelemetry Collector: OTLP (gRPC and HTTP) in, every span to a JSON-lines file.
 
-``OtelCollector(binary_dir, root)`` runs the test bed's Collector (``testbed.assets.otel``)
-on loopback, with its gRPC and HTTP receivers on free ports and the file exporter writing
-what it receives to ``root/traces.jsonl``, flushed every 100 ms. ``spans()`` reads them back
-as ``Span`` records (trace and span ids in hex, attributes as plain values, the resource's
-``service.name``). Healthy once both receivers accept connections.
+``OtelCollector(binary_dir, root, host)`` runs the test bed's Collector
+(``testbed.assets.otel``) on ``host`` (loopback unless given: the node's pods reach the host
+end of the node's network), with its gRPC and HTTP receivers on free ports and the file
+exporter writing what it receives to ``root/traces.jsonl``, flushed every 100 ms.
+``spans()`` reads them back as ``Span`` records (trace and span ids in hex, attributes as
+plain values, the resource's ``service.name``). Healthy once both receivers accept
+connections.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
 class OtelCollector(Served):
     """The Collector process (see the module docstring); a context manager."""
 
-    def __init__(self, binary_dir: Path, root: Path) -> None:
-        """Prepare (not start) a Collector whose files live under ``root``."""
+    def __init__(self, binary_dir: Path, root: Path, host: str = "127.0.0.1") -> None:
+        """Prepare (not start) a Collector listening on ``host``, its files under ``root``."""
         self.binary = binary_dir / DIST_NAME
         self.root = root
+        self.host = host
         self.grpc_port, self.http_port = free_port(), free_port()
         self.output = root / "traces.jsonl"
         self._process: Process | None = None
@@ -66,12 +69,12 @@ class OtelCollector(Served):
     @property
     def grpc_endpoint(self) -> str:
         """The OTLP/gRPC endpoint, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes it."""
-        return f"http://127.0.0.1:{self.grpc_port}"
+        return f"http://{self.host}:{self.grpc_port}"
 
     @property
     def http_endpoint(self) -> str:
         """The OTLP/HTTP endpoint (its base URL)."""
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def start(self) -> None:
         """Write its configuration, start it, and wait until both receivers listen."""
@@ -99,12 +102,12 @@ class OtelCollector(Served):
 
     def _listening(self) -> bool:
         for port in (self.grpc_port, self.http_port):
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((self.host, port), timeout=1):
                 pass
         return True
 
     def _config(self) -> dict[str, Any]:
-        loopback = "127.0.0.1"
+        loopback = self.host
         return {
             "receivers": {
                 "otlp": {

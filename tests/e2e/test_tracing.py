@@ -16,25 +16,39 @@ The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Col
 Without the variables nothing is exported: the operator stops (a tracing operator flushes
 what it holds when it stops), the Collector stops (it flushes too), and its file is empty.
 Under the agent runner the CLI runs in the run's agent (the run pod's, as a process here),
-which gets the context through the job; the pod runner hands it the same way (pods reach
-the Collector through its in-cluster address, which the node's bed does not run).
+which gets the context through the job; under the pod runner (on the node) the agent in the
+run pod does, and its CLI sends its spans to the Collector on the host end of the node's
+network, the address the node's pods reach (as they would reach an in-cluster Service).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testbed.assets import find_built
 from testbed.otel_collector import OtelCollector, Span
 from testbed.waits import wait_for
-from tests.e2e.beds import OFF_NODE
+from tests.e2e.beds import RUNNERS, Bed
 from tests.e2e.conftest import Operator, Program, Sentinels, Stacks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 
 SECRET = {"token": {"type": "Secret", "secret": {"name": "app", "key": "token"}}}
+
+
+@pytest.fixture
+def otel_collector(
+    bed: Bed, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[OtelCollector]:
+    """The Collector where the runs reach it: loopback, or the node's host end for pods."""
+    host = request.getfixturevalue("node_cluster").host_ip if bed.on_node else "127.0.0.1"
+    with OtelCollector(find_built("otel"), tmp_path / "otelcol", host=host) as collector:
+        yield collector
 
 
 @pytest.fixture
@@ -63,7 +77,7 @@ def cli_root(trace: list[Span]) -> Span | None:
     return found[0] if found else None
 
 
-@pytest.mark.parametrize("runner", OFF_NODE)
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_a_run_is_one_trace_with_the_engines_spans_inside(
     otel_collector: OtelCollector,
     stacks: Stacks,
