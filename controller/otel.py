@@ -8,6 +8,7 @@ one), so a program's or library's use of the global API is not ours to export.
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Iterator, Mapping
 
 from opentelemetry import context as otel_context
@@ -73,6 +74,19 @@ class SdkTracing(Tracing):
             return None
         return TraceContext(traceparent=parent, endpoint=self._cli_endpoint)
 
+    def record(
+        self,
+        name: str,
+        start: datetime.datetime,
+        end: datetime.datetime,
+        attributes: Mapping[str, Attribute] | None = None,
+    ) -> None:
+        """A finished child of the current span, from ``start`` to ``end``."""
+        span = self._tracer.start_span(
+            name, attributes=dict(attributes or {}), start_time=_nanoseconds(start)
+        )
+        span.end(end_time=_nanoseconds(end))
+
     def trace_id(self) -> str | None:
         """The current span's trace id, if it is recorded (sampled)."""
         context = trace.get_current_span().get_span_context()
@@ -83,3 +97,8 @@ class SdkTracing(Tracing):
     def shutdown(self) -> None:
         """Flush and stop the exporter."""
         self._provider.shutdown()
+
+
+def _nanoseconds(at: datetime.datetime) -> int:
+    """``at`` (aware) as nanoseconds since the epoch."""
+    return int(at.timestamp() * 1_000_000_000)

@@ -19,6 +19,8 @@ Contract:
   ``TRACEPARENT``) and the endpoint for ``--otel-traces`` (``grpc://host:port``). None when
   tracing is off, nothing is current, or the collector is reached over TLS (the CLI's own
   exporter is then not given the endpoint: only the operator's spans are sent).
+* ``record(name, start, end, attributes)`` adds a finished child span of the current one
+  with the times given (what something else timed, such as a pod's own timestamps).
 * ``trace_id()`` is the current trace's id (32 hex digits), for a user to find the trace
   from the Stack; None when off or nothing is current (or the trace is not sampled).
 * ``shutdown()`` flushes what is batched; call it once, at exit.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Final, Protocol
@@ -76,6 +79,16 @@ class Tracing:
     def trace_id(self) -> str | None:
         """None: no trace."""
         return None
+
+    def record(
+        self,
+        name: str,
+        start: datetime.datetime,
+        end: datetime.datetime,
+        attributes: Mapping[str, Attribute] | None = None,
+    ) -> None:
+        """Nothing to record."""
+        del name, start, end, attributes
 
     def shutdown(self) -> None:
         """Nothing to flush."""

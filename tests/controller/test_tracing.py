@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 
@@ -141,3 +142,23 @@ def test_the_service_name_and_resource_come_from_the_sdks_variables() -> None:
         pass
     on.shutdown()
     assert finished(exporter)["reconcile"].resource.attributes["service.name"] == "stacks-eu"
+
+
+def test_a_recorded_span_has_the_times_given_under_the_current_span() -> None:
+    """``record``: a finished child of the current span, from ``start`` to ``end``."""
+    exporter = InMemorySpanExporter()
+    on = configure({"OTEL_EXPORTER_OTLP_ENDPOINT": COLLECTOR}, exporter)
+    start = datetime.datetime(2026, 12, 6, 12, 0, tzinfo=datetime.UTC)
+    with on.span("operate"):
+        on.record("pod.agent", start, start + datetime.timedelta(seconds=4), {"k8s.pod.name": "p"})
+    OFF.record("ignored", start, start)  # off: nothing, and no error
+    on.shutdown()
+    spans = finished(exporter)
+    leg, parent = spans["pod.agent"], spans["operate"]
+    assert leg.parent is not None
+    assert leg.parent.span_id == parent.context.span_id
+    assert (leg.start_time, leg.end_time) == (
+        int(start.timestamp() * 1e9),
+        int(start.timestamp() * 1e9) + 4_000_000_000,
+    )
+    assert leg.attributes == {"k8s.pod.name": "p"}

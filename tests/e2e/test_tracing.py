@@ -10,6 +10,8 @@ The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Col
   are in the same trace, the CLI's root span a child of ``operate``;
 - no secret (the passphrase, a secret config value) is in any span's name, attributes or
   events, the CLI's included;
+- under the pod runner, the run pod's legs (scheduling, checkout, start, agent), from the
+  pod's own timestamps, are under ``operate`` too;
 - the Stack leads to its trace: ``status.lastUpdate.traceId`` and the run's Events
   (``UpdateStarted``, ``Succeeded``) name it.
 
@@ -79,6 +81,7 @@ def cli_root(trace: list[Span]) -> Span | None:
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_run_is_one_trace_with_the_engines_spans_inside(
+    bed: Bed,
     otel_collector: OtelCollector,
     stacks: Stacks,
     program: Program,
@@ -106,6 +109,12 @@ def test_a_run_is_one_trace_with_the_engines_spans_inside(
     assert run.attributes["pulumi_stack_operator.commit"] == program.first
     assert run.attributes["pulumi_stack_operator.operation"] == "up"
     assert by_name["conclude"].attributes["pulumi_stack_operator.error"] == "None"
+    if bed.on_node:  # the run pod's legs, from its own timestamps, under operate
+        pod_legs = {s.name: s for s in trace if s.name.startswith("pod.")}
+        assert {"pod.scheduling", "pod.agent"} <= set(pod_legs), sorted(pod_legs)
+        for span in pod_legs.values():
+            assert span.parent_span_id == by_name["operate"].span_id, span.name
+            assert span.attributes["k8s.pod.name"] == "traced-pulumi"
     root = cli_root(trace)
     assert root is not None
     assert root.parent_span_id == by_name["operate"].span_id

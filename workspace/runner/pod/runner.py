@@ -69,11 +69,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controller.clock import Clock, RealClock
+from controller.tracing import Attribute, tracing
 from workspace.runner.base import JobRunner, RunnerTraits
 from workspace.runner.job import RunJob
 from workspace.runner.pod import spec as podspec
 from workspace.runner.pod import state as podstate
 from workspace.runner.pod.api import PodApi, PodChanges
+from workspace.runner.pod.legs import legs
 from workspace.runner.pod.run import (
     STOP_CHECK,
     Following,
@@ -202,6 +204,7 @@ class PodRunner(JobRunner):
         ``OOMKilled``, naming the limit to raise, with the CLI's message after it.
         """
         result = run.follow(on_progress, stop)
+        self._trace_legs(run)
         ended = run.end
         if not isinstance(result, Outcome) or ended is None:
             return result
@@ -216,6 +219,18 @@ class PodRunner(JobRunner):
         return dataclasses.replace(
             result, error=ErrorKind.RUNNER_FAILED, message=f"{text}; {result.message}"
         )
+
+    def _trace_legs(self, run: PodRun) -> None:
+        """The pod's legs as spans of the current trace (``workspace.runner.pod.legs``)."""
+        where: dict[str, Attribute] = {
+            "k8s.namespace.name": run.job.namespace,
+            "k8s.pod.name": run.name,
+        }
+        node = run.last.get("spec", {}).get("nodeName")
+        if node:
+            where["k8s.node.name"] = node
+        for leg in legs(run.last, self._with.clock.wall()):
+            tracing().record(leg.name, leg.start, leg.end, where)
 
     def _follow(self, job: RunJob, pod: Pod, operation: str, *, keep: bool = False) -> PodRun:
         """Follow ``pod``, which must start within the start timeout bounded by the deadline."""
