@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.core import GaugeMetricFamily
 
 from controller.cache import ObjectKey
+from controller.tracing import tracing
 from status.conditions import READY, RECONCILING, STALLED, Reason, get_condition
 
 TYPES = (READY, RECONCILING, STALLED)
@@ -142,15 +143,18 @@ class StackMetrics:
         seconds: float,
         changes: Mapping[str, int],
     ) -> None:
-        """Record one Pulumi operation's duration and resource changes."""
-        self.update_duration.labels(operation, result).observe(seconds)
+        """Record one Pulumi operation's duration and resource changes.
+
+        Traced, the duration carries the trace's id as its exemplar (OpenMetrics).
+        """
+        self.update_duration.labels(operation, result).observe(seconds, _exemplar())
         for change, count in changes.items():
             if count:
                 self.resource_changes.labels(operation, change).inc(count)
 
     def observe_reconcile(self, result: str, seconds: float) -> None:
-        """Record one reconcile's duration."""
-        self.reconcile_duration.labels(result).observe(seconds)
+        """Record one reconcile's duration (with the trace's id as exemplar, when traced)."""
+        self.reconcile_duration.labels(result).observe(seconds, _exemplar())
 
     def observe_installs(
         self, installs: Iterable[InstallStep], cache_bytes: Mapping[str, int], namespace: str
@@ -408,3 +412,9 @@ class RunPodMetrics:
     def spec_to_running(self, seconds: float) -> None:
         """A run pod for a spec change ran ``seconds`` after the change was written."""
         self.spec_latency.observe(seconds)
+
+
+def _exemplar() -> dict[str, str] | None:
+    """``{"trace_id": …}`` of the current trace, for an observation's exemplar; None untraced."""
+    trace_id = tracing().trace_id()
+    return {"trace_id": trace_id} if trace_id is not None else None

@@ -286,6 +286,7 @@ FOREIGN_FLAGS: Mapping[str, frozenset[str]] = {
     "ruff": frozenset({"--check"}),
     "mkdocs": frozenset({"--strict"}),
     "kube-apiserver": frozenset({"--advertise-address"}),
+    "prometheus": frozenset({"--enable-feature"}),
 }
 """Flags of other programs that the pages name, by program."""
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")

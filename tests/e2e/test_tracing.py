@@ -12,6 +12,7 @@ The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Col
   events, the CLI's included;
 - under the pod runner, the run pod's legs (scheduling, checkout, start, agent), from the
   pod's own timestamps, are under ``operate`` too;
+- the update's duration histogram has the trace's id as its exemplar (OpenMetrics);
 - the Stack leads to its trace: ``status.lastUpdate.traceId`` and the run's Events
   (``UpdateStarted``, ``Succeeded``) name it.
 
@@ -26,6 +27,7 @@ network, the address the node's pods reach (as they would reach an in-cluster Se
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,7 +91,6 @@ def test_a_run_is_one_trace_with_the_engines_spans_inside(
     sentinels: Sentinels,
 ) -> None:
     """Reconcile > run > checkout, operate > the CLI's spans, conclude; no secret anywhere."""
-    del operator
     stacks.secret("app", {"token": sentinels.secret_config})
     stacks.create(stacks.manifest("traced", program, secretsRef=SECRET))
     ready = stacks.wait_ready("traced", timeout=120)
@@ -115,6 +116,8 @@ def test_a_run_is_one_trace_with_the_engines_spans_inside(
         for span in pod_legs.values():
             assert span.parent_span_id == by_name["operate"].span_id, span.name
             assert span.attributes["k8s.pod.name"] == "traced-pulumi"
+    exemplar = f'# {{trace_id="{run.trace_id}"}}'
+    assert exemplar in openmetrics(operator), "the update's duration has no exemplar of its trace"
     root = cli_root(trace)
     assert root is not None
     assert root.parent_span_id == by_name["operate"].span_id
@@ -150,6 +153,16 @@ def tree(trace: list[Span]) -> str:
     for root in [s for s in trace if s.parent_span_id not in ids]:
         walk(root, 0)
     return "\n".join(lines)
+
+
+def openmetrics(operator: Operator) -> str:
+    """The operator's /metrics in the OpenMetrics format (the one with exemplars)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{operator.metrics_port}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+        return str(response.read().decode())
 
 
 def span_text(span: Span) -> dict[str, Any]:

@@ -8,10 +8,14 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller import tracing
 from controller.cache import ObjectKey
+from pulumi_stack_operator.telemetry import configure
 from pulumi_stack_operator.wiring import RUNNER_VOCABULARY
 from status import conditions as c
 from status.conditions import Reason
@@ -225,3 +229,23 @@ def test_dependency_installs_count_hits_and_misses_and_time_the_misses() -> None
     assert value(gauge, {"namespace": "team-a", "cache": "environments"}) == 1000
     assert value(gauge, {"namespace": "team-a", "cache": "downloads"}) == 20
     assert value(gauge, {"namespace": "", "cache": "environments"}) == 2000
+
+
+def test_a_traced_durations_exemplar_is_its_trace_id() -> None:
+    """Traced, each duration's exemplar names the trace (OpenMetrics); untraced, none."""
+    registry = CollectorRegistry()
+    metrics = StackMetrics(registry, RUNNER_VOCABULARY)
+    metrics.observe_reconcile("success", 0.2)
+    untraced = openmetrics.generate_latest(registry).decode()  # type: ignore[no-untyped-call]
+    assert "trace_id" not in untraced
+    on = configure({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, InMemorySpanExporter())
+    tracing.install(on)
+    try:
+        with on.span("run"):
+            trace_id = on.trace_id()
+            metrics.observe_update("up", "succeeded", 3.0, {})
+    finally:
+        tracing.install(tracing.OFF)
+        on.shutdown()
+    text = openmetrics.generate_latest(registry).decode()  # type: ignore[no-untyped-call]
+    assert f'# {{trace_id="{trace_id}"}} 3.0' in text
