@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from pulumi_stack_operator.config import OperatorConfig, parse_config
+from pulumi_stack_operator.telemetry import endpoint
 from testbed.assets import AssetError, find_prometheus_operator_crds
 from testbed.control_plane import ControlPlane, wait_established
 from testbed.helm import Helm, HelmError
@@ -551,6 +552,28 @@ DOWNWARD_ENV = [
     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
 ]
 """The pod's own name and namespace: ``--runner=pod`` finds its image through them."""
+
+
+@helm_test
+def test_tracing_values_become_the_sdks_variables(helm: Helm) -> None:
+    """``tracing`` sets OTEL_* variables the operator's tracing reads; off, none."""
+    values = {
+        "tracing": {
+            "endpoint": "http://otel-collector.observability:4317",
+            "serviceName": "stacks-eu",
+            "sampler": "parentbased_traceidratio",
+            "samplerArg": "0.1",
+        }
+    }
+    env = {e["name"]: e.get("value") for e in manager(render_chart(helm, values))["env"]}
+    assert endpoint(env) == "http://otel-collector.observability:4317"
+    assert (env["OTEL_SERVICE_NAME"], env["OTEL_TRACES_SAMPLER"]) == (
+        "stacks-eu",
+        "parentbased_traceidratio",
+    )
+    assert env["OTEL_TRACES_SAMPLER_ARG"] == "0.1"
+    default = {e["name"] for e in manager(render_chart(helm))["env"]}
+    assert not any(name.startswith("OTEL_") for name in default)
 
 
 @helm_test
