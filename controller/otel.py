@@ -11,7 +11,6 @@ import contextlib
 import datetime
 from collections.abc import Iterator, Mapping
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -68,9 +67,9 @@ class SdkTracing(Tracing):
         if self._cli_endpoint is None:
             return None
         carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, otel_context.get_current())
+        self._propagator.inject(carrier)  # nothing when no valid span is current
         parent = carrier.get("traceparent")
-        if parent is None or not trace.get_current_span().get_span_context().is_valid:
+        if parent is None:
             return None
         return TraceContext(traceparent=parent, endpoint=self._cli_endpoint)
 

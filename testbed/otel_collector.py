@@ -1,11 +1,11 @@
-"""A real OpenTelemetry Collector: OTLP (gRPC and HTTP) in, every span to a JSON-lines file.
+"""A real OpenTelemetry Collector: OTLP/gRPC in, every span to a JSON-lines file.
 
 ``OtelCollector(binary_dir, root, host)`` runs the test bed's Collector
 (``testbed.assets.otel``) on ``host`` (loopback unless given: the node's pods reach the host
-end of the node's network), with its gRPC and HTTP receivers on free ports and the file
+end of the node's network), with its OTLP/gRPC receiver on a free port and the file
 exporter writing what it receives to ``root/traces.jsonl``, flushed every 100 ms.
 ``spans()`` reads them back as ``Span`` records (trace and span ids in hex, attributes as
-plain values, the resource's ``service.name``). Healthy once both receivers accept
+plain values, the resource's ``service.name``). Healthy once the receiver accepts
 connections.
 """
 
@@ -62,7 +62,7 @@ class OtelCollector(Served):
         self.binary = binary_dir / DIST_NAME
         self.root = root
         self.host = host
-        self.grpc_port, self.http_port = free_port(), free_port()
+        self.grpc_port = free_port()
         self.output = root / "traces.jsonl"
         self._process: Process | None = None
 
@@ -71,13 +71,8 @@ class OtelCollector(Served):
         """The OTLP/gRPC endpoint, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes it."""
         return f"http://{self.host}:{self.grpc_port}"
 
-    @property
-    def http_endpoint(self) -> str:
-        """The OTLP/HTTP endpoint (its base URL)."""
-        return f"http://{self.host}:{self.http_port}"
-
     def start(self) -> None:
-        """Write its configuration, start it, and wait until both receivers listen."""
+        """Write its configuration, start it, and wait until its receiver listens."""
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "config.json"  # YAML is a superset of JSON
         config.write_text(json.dumps(self._config()))
@@ -101,10 +96,8 @@ class OtelCollector(Served):
         return found
 
     def _listening(self) -> bool:
-        for port in (self.grpc_port, self.http_port):
-            with socket.create_connection((self.host, port), timeout=1):
-                pass
-        return True
+        with socket.create_connection((self.host, self.grpc_port), timeout=1):
+            return True
 
     def _config(self) -> dict[str, Any]:
         loopback = self.host
@@ -113,7 +106,6 @@ class OtelCollector(Served):
                 "otlp": {
                     "protocols": {
                         "grpc": {"endpoint": f"{loopback}:{self.grpc_port}"},
-                        "http": {"endpoint": f"{loopback}:{self.http_port}"},
                     }
                 }
             },
