@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     heap.limit_arenas()  # before any thread starts
     cfg = parse_config(args)
     try:
-        chosen = telemetry.configure(os.environ)
+        chosen = telemetry.configure(telemetry.with_endpoint(os.environ, cfg.otel_endpoint))
     except telemetry.TracingConfigError as err:
         print(f"pulumi-stack-operator: error: {err}", file=sys.stderr)  # noqa: T201
         return 2

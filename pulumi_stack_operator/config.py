@@ -21,6 +21,7 @@ from pathlib import Path
 from controller.config import Application, Config, parse, positive
 from controller.config import build_parser as build_manager_parser
 from controller.names import is_dns_label, is_dns_subdomain
+from pulumi_stack_operator.telemetry import TracingConfigError, check_url
 from reconcile.tenancy import ANY, RUNNER_LABEL, Tenancy
 from workspace.runner.pod.spec import DEFAULT_REQUESTS
 
@@ -68,6 +69,8 @@ class OperatorConfig:
     )
     """``pod`` runner: a run pod's resource requests for each resource its Stack's
     ``workspaceTemplate`` neither requests nor limits (empty: none)."""
+    otel_endpoint: str | None = None
+    """The OTLP/gRPC collector of ``--otel-endpoint``; None: the ``OTEL_*`` variables say."""
 
 
 _QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
@@ -101,6 +104,15 @@ def mirror_url(value: str) -> str:
     if "=" in value or "," in value:
         msg = f"{value!r}: the plugin mirror's URL cannot hold '=' or ','"
         raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def collector_url(value: str) -> str:
+    """An argparse ``type``: an OTLP/gRPC collector's http(s) URL, without credentials."""
+    try:
+        check_url("--otel-endpoint", value)
+    except TracingConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
     return value
 
 
@@ -276,6 +288,15 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         "namespace's LimitRange (default: cpu=100m,memory=256Mi)",
     )
     add(
+        "--otel-endpoint",
+        type=collector_url,
+        default=None,
+        help="the OpenTelemetry collector (OTLP/gRPC, http://host:4317 or https://…) that a "
+        "trace of every reconcile and run goes to; mirrors OTEL_EXPORTER_OTLP_TRACES_ENDPOINT "
+        "and wins over it, the other OTEL_* variables still apply (default: tracing is on "
+        "only when those variables name a collector)",
+    )
+    add(
         "--source-discovery-period",
         type=positive(float),
         default=30.0,
@@ -331,6 +352,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         plugin_mirror=args.plugin_mirror,
         run_cache_claim=args.run_cache_claim,
         run_pod_requests=args.run_pod_requests,
+        otel_endpoint=args.otel_endpoint,
         max_run_timeout=args.max_run_timeout,
         source_discovery_period=args.source_discovery_period,
         tenancy=Tenancy(

@@ -37,14 +37,35 @@ def endpoint(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _check(name: str, value: str, environ: Mapping[str, str]) -> None:
+def with_endpoint(environ: Mapping[str, str], flag: str | None) -> Mapping[str, str]:
+    """``environ`` with the ``--otel-endpoint`` flag's ``flag`` as the traces' endpoint.
+
+    The flag mirrors ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` and wins over both endpoint
+    variables; ``OTEL_SDK_DISABLED`` and ``OTEL_TRACES_EXPORTER=none`` still turn tracing
+    off. None (no flag) leaves ``environ`` as it is.
+    """
+    if not flag:
+        return environ
+    return {**environ, _ENDPOINTS[0]: flag}
+
+
+def check_url(name: str, value: str) -> None:
+    """Raise ``TracingConfigError`` (naming ``name``) unless ``value`` is a collector's URL.
+
+    An ``http://`` or ``https://`` URL with a host and no credentials (a token belongs
+    in ``OTEL_EXPORTER_OTLP_HEADERS``, which no process argument carries).
+    """
     parsed = urllib.parse.urlsplit(value)
+    if parsed.username is not None or parsed.password is not None:  # before echoing it
+        msg = f"{name} must not hold credentials (use OTEL_EXPORTER_OTLP_HEADERS)"
+        raise TracingConfigError(msg)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         msg = f"{name}={value!r} is not an http:// or https:// URL of an OTLP/gRPC collector"
         raise TracingConfigError(msg)
-    if parsed.username is not None or parsed.password is not None:
-        msg = f"{name} must not hold credentials (use OTEL_EXPORTER_OTLP_HEADERS)"
-        raise TracingConfigError(msg)
+
+
+def _check(name: str, value: str, environ: Mapping[str, str]) -> None:
+    check_url(name, value)
     for protocol in _PROTOCOLS:
         given = environ.get(protocol, "").strip()
         if given and given != "grpc":

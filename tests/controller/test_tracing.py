@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from controller import tracing
 from controller.tracing import OFF, TraceContext, cli_endpoint
-from pulumi_stack_operator.telemetry import TracingConfigError, configure, endpoint
+from pulumi_stack_operator.telemetry import TracingConfigError, configure, endpoint, with_endpoint
 
 COLLECTOR = "http://collector.observability:4317"
 
@@ -57,6 +57,16 @@ def test_the_traces_endpoint_wins_over_the_general_one() -> None:
     assert endpoint(environ) == "http://a:4317"
     environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = "http://b:4317"
     assert endpoint(environ) == "http://b:4317"
+
+
+def test_the_flag_wins_over_both_variables_and_off_still_wins_over_it() -> None:
+    """``--otel-endpoint`` names the collector; ``OTEL_SDK_DISABLED`` still turns it off."""
+    given = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://a:4317"}
+    assert endpoint(with_endpoint(given, "http://flag:4317")) == "http://flag:4317"
+    assert endpoint(with_endpoint(given, None)) == "http://a:4317"
+    assert endpoint(with_endpoint({}, "http://flag:4317")) == "http://flag:4317"
+    off = {"OTEL_SDK_DISABLED": "true"}
+    assert endpoint(with_endpoint(off, "http://flag:4317")) is None
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Every run as one OpenTelemetry trace, the Pulumi engine's spans inside, sent to a real Collector.
 
-The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming the test bed's Collector
+The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` (under the agent runner: the
+``--otel-endpoint`` flag's variable) naming the test bed's Collector
 (``testbed.otel_collector``: OTLP/gRPC in, every span to a file). One Stack runs once; then:
 
 - its run is one ``run`` span, under the ``reconcile`` span that found it due, with
@@ -56,12 +57,14 @@ def otel_collector(
 
 
 @pytest.fixture
-def operator_env(otel_collector: OtelCollector) -> dict[str, str]:
-    """The Collector as the operator's OTLP endpoint; batches sent every 100 ms."""
-    return {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": otel_collector.grpc_endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }
+def operator_env(bed: Bed, otel_collector: OtelCollector) -> dict[str, str]:
+    """The Collector as the operator's OTLP endpoint; batches sent every 100 ms.
+
+    Under the agent runner through ``--otel-endpoint``'s variable (``PSO_OTEL_ENDPOINT``),
+    so that the flag is proven to turn tracing on as the ``OTEL_*`` variable does.
+    """
+    name = "PSO_OTEL_ENDPOINT" if bed.runner == "agent" else "OTEL_EXPORTER_OTLP_ENDPOINT"
+    return {name: otel_collector.grpc_endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
 def traced_run(spans: list[Span], name: str) -> list[Span]:

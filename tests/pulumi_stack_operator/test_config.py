@@ -255,6 +255,12 @@ def test_help_is_the_operators() -> None:
         pytest.param(
             ["--allowed-service-accounts=a_b"], {}, "not a ServiceAccount name", id="account"
         ),
+        pytest.param(
+            ["--otel-endpoint=collector:4317"], {}, "not an http:// or https:// URL", id="otel"
+        ),
+        pytest.param(
+            [], {"PSO_OTEL_ENDPOINT": "http://me:hunter2@c:4317"}, "must not hold", id="otel-cred"
+        ),
     ],
 )
 def test_bad_input_exits_2_with_a_message(
@@ -265,6 +271,7 @@ def test_bad_input_exits_2_with_a_message(
     assert proc.returncode == 2
     assert proc.stderr.startswith("usage: pulumi-stack-operator")
     assert message in proc.stderr
+    assert "hunter2" not in proc.stderr
 
 
 def test_an_otel_setting_it_cannot_honour_exits_2_naming_it() -> None:
@@ -272,3 +279,11 @@ def test_an_otel_setting_it_cannot_honour_exits_2_naming_it() -> None:
     proc = operator_cli(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"})
     assert proc.returncode == 2
     assert proc.stderr.startswith("pulumi-stack-operator: error: OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def test_otel_endpoint() -> None:
+    """No endpoint unless told; the flag or its variable names one."""
+    assert parse_config([], {}).otel_endpoint is None
+    given = "http://otel-collector.observability:4317"
+    assert parse_config([f"--otel-endpoint={given}"], {}).otel_endpoint == given
+    assert parse_config([], {"PSO_OTEL_ENDPOINT": given}).otel_endpoint == given
