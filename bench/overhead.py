@@ -28,6 +28,14 @@ the operator's own ``pulumi up`` call (``pulumi command``), and the legs around 
 ``debug_cli_up_s``, the bare CLI's ``up`` in those rounds. ``ratio_cli`` =
 ``op_cli_up_s / debug_cli_up_s``: how much slower the very same CLI command runs under
 the operator (the machine shared with it and the API server) than alone.
+
+Tracing's cost: the same rounds once more with the operator tracing
+(``--otel-endpoint``) to the test bed's OpenTelemetry Collector, the CLI exporting the
+engine's spans there too: ``traced_op_e2e_s`` and ``traced_cli_up_s`` (the bare CLI,
+untraced, in those rounds), ``ratio_traced`` = their quotient, to set beside
+``ratio_e2e``; ``traced_spans_per_run``, what the Collector received per run (the
+operator's and the CLI's), proves the runs were traced. The headline rounds run with
+tracing off, the default, in which the operator loads no OpenTelemetry code.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from bench.operator import Operator
 from bench.stats import Summary, median
 from bench.testbed import PROGRAM, TestBed
 from bench.watch import StackWatch, ready
+from testbed.assets import find_built
+from testbed.otel_collector import OtelCollector
 from testbed.pulumi_env import PulumiEnv
 
 UPDATE_TIMEOUT = 300.0
@@ -135,15 +145,39 @@ def run(ctx: Context) -> Summary:
                 (sides.operator, sides.cli), "d",
             )  # fmt: skip
         legs = run_legs(debug.log.read_text(errors="replace"), sides.name)
+        debug_cli = median(sides.samples["cli"])
+        traced = _traced(ctx, sides, namespace)
     missing = [leg for leg, values in legs.items() if not values]
     if missing:
         msg = f"the debug operator's log has no {missing} for {sides.name}: did its lines change?"
         raise RuntimeError(msg)
     return headline.extended(
-        debug_cli_up_s=median(sides.samples["cli"]),
+        debug_cli_up_s=debug_cli,
         **{f"op_{leg}_s": median(values) for leg, values in legs.items()},
-        ratio_cli=median(legs["cli_up"]) / median(sides.samples["cli"]),
+        ratio_cli=median(legs["cli_up"]) / debug_cli,
+        **traced,
     )
+
+
+def _traced(ctx: Context, sides: _Sides, namespace: str) -> dict[str, float]:
+    """The rounds once more with the operator tracing to a real Collector (module doc)."""
+    runs = ctx.scale.overhead_runs
+    with OtelCollector(find_built("otel"), ctx.bed.root / "otelcol") as collector:
+        flag = f"--otel-endpoint={collector.grpc_endpoint}"
+        sides.samples["e2e"], sides.samples["cli"] = [], []
+        with Operator(ctx.bed, namespace, flag):
+            alternate(ctx.progress, "overhead (traced):", runs, (sides.operator, sides.cli), "t")
+        spans = collector.spans()  # the operator flushed them as it stopped
+    e2e, up = median(sides.samples["e2e"]), median(sides.samples["cli"])
+    if not any(s.service == "pulumi-cli" for s in spans):
+        msg = "the traced rounds sent the Collector no span of the CLI's: was tracing on?"
+        raise RuntimeError(msg)
+    return {
+        "traced_op_e2e_s": e2e,
+        "traced_cli_up_s": up,
+        "ratio_traced": e2e / up,
+        "traced_spans_per_run": len(spans) / runs,
+    }
 
 
 RUN_LEGS = ("announce", "checkout", "conclude", "cli_up")

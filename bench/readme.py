@@ -157,6 +157,14 @@ def _overhead(s: Summary) -> Row:
             f"{_sig(s.get('op_announce_s'))} s, checkout {_sig(s.get('op_checkout_s'))} s, "
             f"conclude {_sig(s.get('op_conclude_s'))} s"
         )
+    if "ratio_traced" in s.fields:
+        result += (
+            f"; tracing on (`--otel-endpoint`, a real Collector receiving "
+            f"{_n(s.get('traced_spans_per_run'))} spans per run): operator "
+            f"{_sig(s.get('traced_op_e2e_s'))} s vs bare {_sig(s.get('traced_cli_up_s'))} s → "
+            f"{s.get('ratio_traced'):.2f}{TIMES}; every other row is measured with it off, "
+            "the default, which loads no OpenTelemetry code"
+        )
     return ("overhead", what, result, f"≤ 1.10{TIMES}: {_met(s.get('ratio_e2e') <= 1.10)}")
 
 
@@ -213,6 +221,8 @@ def _memory(s: Summary) -> Row:
         f" (≈ {_sig(s.get('per_stack_kib'))} KiB per Stack; one Stack is "
         f"{_sig(s.get('obj_kib'))} KiB of JSON)"
     )
+    for n in _sizes(s, r"n(\d+)_traced_rss_mib"):
+        result += f"; tracing on, {_n(n)}: {_n(s.get(f'n{n}_traced_rss_mib'))} MiB"
     at_1000 = s.get("n1000_rss_mib") * 1.048576  # MiB → MB
     verdict = _met(at_1000 < 100) if not math.isnan(at_1000) else "not measured at 1,000"
     what = "operator RSS (`VmRSS`) after it has evaluated every cached Stack"

@@ -63,8 +63,12 @@ class SdkTracing(Tracing):
                 raise
 
     def trace_context(self) -> TraceContext | None:
-        """The current span's ``traceparent`` and the CLI's endpoint (see the module doc)."""
-        if self._cli_endpoint is None:
+        """The current span's ``traceparent`` and the CLI's endpoint (see the module doc).
+
+        None for a span not sampled: the CLI would export its spans under a parent that no
+        backend receives, at the cost of its run.
+        """
+        if self._cli_endpoint is None or self.trace_id() is None:
             return None
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier)  # nothing when no valid span is current

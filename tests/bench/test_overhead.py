@@ -36,6 +36,18 @@ def test_the_row_carries_the_breakdown_when_measured() -> None:
                          op_announce_s=0.01, op_checkout_s=0.1, op_conclude_s=0.02)  # fmt: skip
     assert "breakdown" not in _overhead(head)[2]
     assert "own `pulumi up` 2.2 s vs bare 1.9 s (1.16" in _overhead(full)[2]
+    assert "tracing on" not in _overhead(full)[2]
+
+
+def test_the_row_carries_tracings_cost_when_measured() -> None:
+    """With ``ratio_traced`` the result sets the traced rounds beside the headline."""
+    head = Summary.of("overhead", runs=5, op_e2e_s=2.4, op_run_s=2.3, cli_up_s=1.9,
+                      ratio_e2e=1.26, ratio_run=1.21)  # fmt: skip
+    traced = head.extended(traced_op_e2e_s=2.6, traced_cli_up_s=1.9, ratio_traced=1.37,
+                           traced_spans_per_run=31.0)  # fmt: skip
+    row = _overhead(traced)[2]
+    assert "tracing on (`--otel-endpoint`, a real Collector receiving 31 spans per run)" in row
+    assert "operator 2.6 s vs bare 1.9 s → 1.37" in row
 
 
 def test_each_round_rotates_which_side_goes_first() -> None:

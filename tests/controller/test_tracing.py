@@ -128,6 +128,20 @@ def test_spans_nest_and_the_cli_gets_the_current_one() -> None:
     assert context.endpoint == "grpc://collector.observability:4317"
 
 
+def test_a_run_not_sampled_gives_the_cli_no_context_and_writes_no_trace_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sampled out: no ``traceparent`` for the CLI (it would export for nothing), no id."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")  # the SDK reads its own
+    exporter = InMemorySpanExporter()
+    off = configure({"OTEL_EXPORTER_OTLP_ENDPOINT": COLLECTOR}, exporter)
+    with off.span("reconcile"), off.span("run"):
+        assert off.trace_context() is None
+        assert off.trace_id() is None
+    off.shutdown()
+    assert exporter.get_finished_spans() == ()
+
+
 def test_an_exception_fails_the_span_by_its_type_only() -> None:
     """The status names the exception's type; its message (maybe a secret) is nowhere."""
     exporter = InMemorySpanExporter()
