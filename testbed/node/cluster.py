@@ -144,6 +144,7 @@ class NodeCluster:
         self._forwarding = NodeForwarding(self.run_id) if nodes > 1 else None
         self._plane: ControlPlane | None = None
         self._host_processes: list[Process] = []
+        self._host_health: dict[str, str] = {}  # host process name -> its /healthz URL
         self._host_defaults_before = {p for p in _HOST_DEFAULTS if p.exists()}
 
     # -- what tests use --------------------------------------------------------------
@@ -334,7 +335,23 @@ class NodeCluster:
         ]
         proc = Process(name, argv, self.logs)
         self._host_processes.append(proc)
-        proc.start(lambda: _https_status(f"https://127.0.0.1:{port}/healthz") == 200)
+        self._host_health[name] = f"https://127.0.0.1:{port}/healthz"
+        proc.start(lambda: _https_status(self._host_health[name]) == 200)
+
+    def restart_host_components(self) -> None:
+        """Restart kube-controller-manager and kube-scheduler, as an outage does in a cluster.
+
+        Both run here with ``--leader-elect=false``; in a cluster each holds a lease, loses
+        it when the API server is gone longer than its renew deadline (10 s), exits, and is
+        started again by its supervisor. Tests of an outage call this once the API server
+        is back, so that the controllers start from a fresh list as they would there, and
+        do not depend on how a long-lived informer rides out the outage (after one, the
+        service account controller was once seen not to serve a new namespace for a minute).
+        """
+        for proc in self._host_processes:
+            url = self._host_health[proc.name]
+            proc.stop()
+            proc.start(lambda url=url: _https_status(url) == 200)  # type: ignore[misc]
 
     def _wait_until_ready(self) -> None:
         with self.api_client() as api:

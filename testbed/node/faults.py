@@ -88,7 +88,10 @@ class NodeFaults:
     def apiserver_down(self) -> Iterator[float]:
         """kube-apiserver killed (SIGKILL) inside, etcd running; started again on the way out.
 
-        Yields the ``time.monotonic()`` at which it went down.
+        Yields the ``time.monotonic()`` at which it went down. On the way out the
+        controller manager and the scheduler restart too, once the API server is back, as
+        they do in a cluster where the outage outlasts their leases
+        (``NodeCluster.restart_host_components``).
         """
         plane = self.cluster.control_plane
         plane.stop_apiserver()
@@ -96,6 +99,7 @@ class NodeFaults:
             yield time.monotonic()
         finally:
             plane.start_apiserver()
+            self.cluster.restart_host_components()
 
     def node_ready(self, *, since: datetime | None = None) -> bool:
         """Whether the Node is Ready (with a heartbeat at or after ``since``, if given)."""
