@@ -39,7 +39,7 @@ test-assets: ## Find or build the test binaries, helm, the Kubernetes provider, 
 
 .PHONY: test-assets-go test-assets-host
 test-assets-go:
-	hack/test-assets --with helm --with kubernetes --with flux --with otel
+	hack/test-assets --with helm --with kubernetes --with flux --with otel --with testfile
 
 test-assets-host:
 	hack/install-prometheus

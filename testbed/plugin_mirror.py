@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.assets import KUBERNETES_PROVIDER_VERSION, cache_root, find_built, go_platform
+from testbed.assets.testfile import BINARY as TESTFILE_BINARY
+from testbed.assets.testfile import TESTFILE_VERSION
 from testbed.serving import Serving
 
 OVERRIDES_VARIABLE = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
@@ -64,6 +66,16 @@ def kubernetes_provider(*, build: bool = False) -> Plugin:
     """
     binary = find_built("kubernetes", build=build) / "pulumi-resource-kubernetes"
     return Plugin("resource", "kubernetes", KUBERNETES_PROVIDER_VERSION, binary)
+
+
+def file_provider(*, build: bool = True) -> Plugin:
+    """The test bed's own file provider (``testbed/providers/testfile``), as a plugin to serve.
+
+    The provider of ``testbed/programs/files-yaml``; built when missing unless ``build`` is
+    false (then ``AssetError`` names the command).
+    """
+    binary = find_built("testfile", build=build) / TESTFILE_BINARY
+    return Plugin("resource", "testfile", TESTFILE_VERSION, binary)
 
 
 def download_url_overrides(url: str) -> str:

@@ -31,7 +31,7 @@ from testbed.flux import find_binary as find_source_controller
 from testbed.git_http import Account, GitHttpServer
 from testbed.git_server import GitServer
 from testbed.otel_collector import OtelCollector
-from testbed.plugin_mirror import Plugin, PluginMirror, kubernetes_provider
+from testbed.plugin_mirror import Plugin, PluginMirror, file_provider, kubernetes_provider
 from testbed.prometheus import INSTALL_HINT, Prometheus, find_binary
 from testbed.pulumi_env import PulumiEnv
 
@@ -169,6 +169,22 @@ def plugin_mirror() -> Iterator[PluginMirror]:
     ``plugin_mirror.requests`` and ``downloads()`` record what it served.
     """
     mirror = PluginMirror([kubernetes_provider_or_skip()])
+    mirror.start()
+    try:
+        yield mirror
+    finally:
+        mirror.stop()
+
+
+@pytest.fixture(scope="session")
+def files_mirror() -> Iterator[PluginMirror]:
+    """A plugin mirror on 127.0.0.1 serving the test bed's file provider.
+
+    The YAML files program's provider (``testbed/programs/files-yaml``): an operator that
+    runs it is given ``--plugin-mirror=<files_mirror.url>``, as one without internet access
+    would be, and installs the provider from it once per plugin store.
+    """
+    mirror = PluginMirror([file_provider()])
     mirror.start()
     try:
         yield mirror

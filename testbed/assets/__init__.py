@@ -7,7 +7,7 @@ from published Go modules into a cache outside the repository (``store``). Nothi
 downloaded from a release page: every binary is compiled with ``go build`` from modules
 served by the Go module proxy. Standard library only: ``hack/test-assets`` runs it with
 the system python3, as ``python3 -m testbed.assets [--print-env] [--no-build]
-[--with node|helm|pko|kubernetes|flux|otel]`` (``cli``); the test fixtures import it.
+[--with node|helm|pko|kubernetes|flux|otel|testfile]`` (``cli``); the test fixtures import it.
 
 Its modules, each with its own contract:
 
@@ -18,6 +18,7 @@ Its modules, each with its own contract:
 - ``pulumi``: the Pulumi family (the CLI and language hosts, the Kubernetes provider, PKO);
 - ``flux``: the Flux source-controller;
 - ``otel``: the OpenTelemetry Collector (OTLP in, JSON files out);
+- ``testfile``: the test bed's own file provider (source in ``testbed/providers``);
 - ``store``: the cache: atomic, smoke-checked builds under a per-recipe file lock;
 - ``lookup``: the lookup order and the ``find_*`` functions;
 - ``cli``: ``hack/test-assets``.

@@ -1,7 +1,7 @@
 """Find or build the binaries the test suite and ``make dev`` run.
 
 The command line of ``hack/test-assets`` (``python3 -m testbed.assets``):
-``[--print-env] [--no-build] [--with node|helm|pko|kubernetes|flux|otel]``.
+``[--print-env] [--no-build] [--with node|helm|pko|kubernetes|flux|otel|testfile]``.
 
 Provides ``main``. It finds every binary the tests always run, plus the optional recipes
 named with ``--with``, building the missing ones longest first, ``TEST_ASSET_JOBS`` at a
@@ -58,7 +58,7 @@ def _tasks(extra: Sequence[str], *, build: bool) -> dict[str, Callable[[], Path]
         return found
 
     tasks: dict[str, Callable[[], Path]] = {}
-    for name in ("kubernetes", "flux", "pko", "otel"):
+    for name in ("kubernetes", "flux", "pko", "otel", "testfile"):
         if name in extra:
             tasks[name] = lambda name=name: find_built(name, build=build)  # type: ignore[misc]
     tasks["pulumi"] = lambda: find_pulumi(build=build)
@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="extra",
         action="append",
         default=[],
-        choices=("node", "helm", "pko", "kubernetes", "flux", "otel"),
+        choices=("node", "helm", "pko", "kubernetes", "flux", "otel", "testfile"),
         help=(
             "also find or build the node's binaries, helm, PKO v1, the Kubernetes provider, "
             "the Flux source-controller or the OpenTelemetry Collector (repeatable)"

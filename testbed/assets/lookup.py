@@ -27,7 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
-from testbed.assets import flux, kube, otel, pulumi
+from testbed.assets import flux, kube, otel, pulumi, testfile
 from testbed.assets.core import AssetError, cache_root, go_platform
 from testbed.assets.pulumi import PULUMI_BINARIES
 from testbed.assets.recipe import Recipe
@@ -45,6 +45,7 @@ RECIPES: dict[str, Recipe] = {
     **pulumi.RECIPES,
     **flux.RECIPES,
     **otel.RECIPES,
+    **testfile.RECIPES,
 }
 """Every recipe, by the name ``find_built`` and ``hack/test-assets --with`` take."""
 

@@ -38,6 +38,7 @@ from testbed.git_server import GitServer
 from testbed.node import NodeCluster, deployment
 from testbed.node.deployment import UID
 from testbed.node.tenancy import state_namespace
+from testbed.plugin_mirror import PluginMirror
 
 RUNNERS = (
     "local",
@@ -88,8 +89,13 @@ class Bed:
 
 
 def local_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
-    """The local runner's bed: the session control plane, its CRD, a fresh namespace."""
+    """The local runner's bed: the session control plane, its CRD, a fresh namespace.
+
+    Its operator installs plugins from the session's ``files_mirror`` (the YAML files
+    program's provider).
+    """
     request.getfixturevalue("stack_crd")
+    mirror: PluginMirror = request.getfixturevalue("files_mirror")
     state.mkdir(parents=True, exist_ok=True)
     (state / "backend").mkdir(exist_ok=True)
     return Bed(
@@ -99,6 +105,7 @@ def local_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
         git=request.getfixturevalue("git_server"),
         state=state,
         program_state=state,
+        flags=(f"--plugin-mirror={mirror.url}",),
     )
 
 
@@ -108,7 +115,8 @@ def agent_bed(request: pytest.FixtureRequest, state: Path) -> Bed:
     Programs see the state where it is: the agent's steps are processes on this machine,
     and the rules about a run pod's volumes apply to runs in pods only.
     """
-    return dataclasses.replace(local_bed(request, state), runner="agent", flags=("--runner=agent",))
+    local = local_bed(request, state)
+    return dataclasses.replace(local, runner="agent", flags=("--runner=agent", *local.flags))
 
 
 @contextlib.contextmanager

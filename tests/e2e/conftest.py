@@ -84,16 +84,39 @@ class Sentinels:
         return self.passphrase, self.secret_config, self.url_user, self.git_password
 
 
-def files_program() -> dict[str, str]:
+FILES_PROGRAMS = {"yaml": "files-yaml", "python": "files"}
+"""The files program in each language, by directory under ``testbed/programs``.
+
+Both manage one file with the same config, outputs and project name (``files``). The YAML
+one (through the test bed's file provider, served by the ``files_mirror``) is what the
+``program`` fixture gives off the node: a run costs a Go plugin's start. The Python one (a
+dynamic provider: two interpreters per run) is for run pods, whose image holds the Python
+SDK and no mirror of ours, for operators without the mirror, and for the tests that change
+the program's code.
+"""
+
+
+def files_program(language: str = "python") -> dict[str, str]:
     """The files program's sources, by path in a program repository (under ``app/``)."""
-    return {f"app/{p.name}": p.read_text() for p in (PROGRAMS / "files").iterdir() if p.is_file()}
+    directory = PROGRAMS / FILES_PROGRAMS[language]
+    return {f"app/{p.name}": p.read_text() for p in directory.iterdir() if p.is_file()}
+
+
+def files_language(bed: Bed) -> str:
+    """The files program's language for ``bed``'s runs: Python in run pods, else YAML."""
+    return "python" if bed.on_node else "yaml"
 
 
 class Program:
     """A git repository holding the files program under ``app/``."""
 
-    def __init__(self, server: GitServer | GitHttpServer, work: Path) -> None:
-        """Create the repository on ``server`` with one commit on main.
+    def __init__(
+        self, server: GitServer | GitHttpServer, work: Path, language: str = "python"
+    ) -> None:
+        """Create the repository on ``server`` with one commit on main: ``language``'s program.
+
+        Python unless told: it runs anywhere (run pods included) without a plugin mirror;
+        the ``program`` fixture picks YAML where the bed's operator has the ``files_mirror``.
 
         Tests push as CI would: over ``git://``, or straight into the bare repository
         (``file://``) when the server is the authenticated HTTP one.
@@ -102,7 +125,7 @@ class Program:
         self.url = server.create_repo(name)
         push = server.push_url(name) if isinstance(server, GitHttpServer) else self.url
         self.checkout = Checkout(push, work / name)
-        self.first = self.checkout.commit(files_program(), "program")
+        self.first = self.checkout.commit(files_program(language), "program")
 
     def commit(self, message: str = "change", **files: str) -> str:
         """Push a commit touching ``files`` (default: a README) and return its SHA."""
@@ -461,7 +484,7 @@ def stacks(bed: Bed, sentinels: Sentinels) -> Iterator[Stacks]:
 @pytest.fixture
 def program(bed: Bed, tmp_path: Path) -> Program:
     """A fresh repository with the files program, on the bed's git server."""
-    return Program(bed.git, tmp_path / "checkouts")
+    return Program(bed.git, tmp_path / "checkouts", files_language(bed))
 
 
 @pytest.fixture

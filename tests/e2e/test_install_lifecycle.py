@@ -38,6 +38,7 @@ from testbed.assets.lookup import find_kube_binary
 from testbed.control_plane import Binaries, ControlPlane, wait_established
 from testbed.git_server import GitServer
 from testbed.operator import Operator
+from testbed.plugin_mirror import PluginMirror
 from testbed.rbac import operator_kubeconfig
 from testbed.waits import wait_for
 from tests.e2e.conftest import E2E_FLAGS, Program, Sentinels, Stacks, is_ready
@@ -94,17 +95,18 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture
-def operator(plane: ControlPlane, tmp_path: Path) -> Iterator[Operator]:
+def operator(plane: ControlPlane, files_mirror: PluginMirror, tmp_path: Path) -> Iterator[Operator]:
     """The operator (local runner) serving ``NAMESPACE`` with the single-namespace RBAC.
 
     Not started: each test starts it once the CRDs it means are in place.
     """
+    mirror = f"--plugin-mirror={files_mirror.url}"
     op = Operator(
         operator_kubeconfig(plane, NAMESPACE, watch=[NAMESPACE]),
         tmp_path / "operator.log",
         namespaces=[NAMESPACE],
         work_dir=tmp_path / "work",
-        flags=(*E2E_FLAGS, f"--leader-election-namespace={NAMESPACE}"),
+        flags=(*E2E_FLAGS, f"--leader-election-namespace={NAMESPACE}", mirror),
         pulumi_bin=find_pulumi(),
     )
     try:
@@ -118,7 +120,7 @@ def operator(plane: ControlPlane, tmp_path: Path) -> Iterator[Operator]:
 @pytest.fixture
 def program(git_server: GitServer, tmp_path: Path) -> Program:
     """A repository of the files program on the session's git server."""
-    return Program(git_server, tmp_path / "checkouts")
+    return Program(git_server, tmp_path / "checkouts", "yaml")  # its operator has the mirror
 
 
 @pytest.fixture

@@ -59,7 +59,8 @@ def with_mirrors(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> It
     if not bed.on_node:
         request.getfixturevalue("controller_manager")
         plugins: PluginMirror = request.getfixturevalue("plugin_mirror")
-        yield dataclasses.replace(bed, flags=(*bed.flags, f"--plugin-mirror={plugins.url}"))
+        flags = (*without_mirror(bed.flags), f"--plugin-mirror={plugins.url}")
+        yield dataclasses.replace(bed, flags=flags)
         return
     plugins = request.getfixturevalue("node_plugin_mirror")
     packages: PackageMirror = request.getfixturevalue("node_package_mirror")
@@ -296,6 +297,11 @@ def registry(bed: Bed) -> str:
         if entry["name"] == "NPM_CONFIG_REGISTRY":
             return str(entry["value"]).rstrip("/") + "/"
     return "https://registry.npmjs.org/"
+
+
+def without_mirror(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` without a ``--plugin-mirror`` (the bed's own, for the files program)."""
+    return tuple(f for f in flags if not f.startswith("--plugin-mirror="))
 
 
 def plugin_mirror_url(flags: tuple[str, ...]) -> str:

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.beds import OFF_NODE
+from tests.e2e.beds import OFF_NODE, Bed
 from tests.e2e.conftest import (
     Operator,
     Program,
     Sentinels,
     Stacks,
     basic_auth,
+    files_language,
     files_program,
     find,
     is_ready,
@@ -116,7 +117,7 @@ def ready_reason(obj: Mapping[str, Any]) -> str | None:
 
 @off_node
 def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
-    stacks: Stacks, program: Program, operator: Operator
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
 ) -> None:
     """No runtime, a syntax error, YAML that does not type-check: ProgramInvalid; then a fix.
 
@@ -124,7 +125,8 @@ def test_a_program_that_cannot_run_stalls_until_a_commit_fixes_it(
     is its errors, first, as plain text (no terminal code, no warning, no progress line).
     """
     del operator
-    source = files_program()
+    program = Program(bed.git, tmp_path / "checkouts", "python")  # its code is broken
+    source = files_program("python")
     no_runtime = program.commit("no runtime", **{"app/Pulumi.yaml": "name: files\n"})
     stacks.create(stacks.manifest("invalid", program))
     obj = stacks.wait_reason("invalid", "Ready", "ProgramInvalid")
@@ -213,7 +215,7 @@ def test_credentials_git_refuses_stall_until_the_secret_is_fixed(
 
 @off_node
 def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
-    stacks: Stacks, program: Program, operator: Operator
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
 ) -> None:
     """``expectNoRefreshChanges`` and a file edited by hand: RefreshDriftDetected, retried.
 
@@ -221,7 +223,8 @@ def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
     Once the file has its deployed content again, the next retry succeeds by itself.
     """
     del operator
-    source = files_program()["app/__main__.py"]
+    program = Program(bed.git, tmp_path / "checkouts", "python")  # its provider reads
+    source = files_program("python")["app/__main__.py"]
     assert READ_ANCHOR in source, "the files program changed: update READ_ANCHOR"
     program.commit(
         "readable", **{"app/__main__.py": source.replace(READ_ANCHOR, READ_METHOD + READ_ANCHOR)}
@@ -248,13 +251,18 @@ def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
 
 @off_node
 def test_a_failing_preview_is_retried_until_the_spec_fixes_it(
-    stacks: Stacks, program: Program, operator: Operator
+    bed: Bed, stacks: Stacks, program: Program, operator: Operator
 ) -> None:
-    """``preview: true`` and required config missing: PreviewFailed, retried; the fix previews."""
+    """``preview: true`` and required config missing: PreviewFailed, retried; the fix previews.
+
+    The message names the missing key as the program's language host does.
+    """
     del operator
     stacks.create(stacks.manifest("look", program, preview=True, config={"content": "one"}))
     obj = stacks.wait_reason("look", "Ready", "PreviewFailed")
-    assert_shown(stacks, obj, "PreviewFailed", "files:path", reconciling=RETRYING)
+    python = files_language(bed) == "python"
+    missing = "files:path" if python else "missing configuration value 'path'"
+    assert_shown(stacks, obj, "PreviewFailed", missing, reconciling=RETRYING)
 
     target = stacks.target("look")
     stacks.patch("look", {"spec": {"config": {"path": str(target)}}})  # merged into config

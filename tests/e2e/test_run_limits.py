@@ -17,7 +17,7 @@ from testbed.assets import find_pulumi
 from testbed.control_plane import ControlPlane
 from testbed.rbac import operator_kubeconfig
 from tests.conftest import PROGRAMS, fresh_namespace
-from tests.e2e.beds import OFF_NODE
+from tests.e2e.beds import OFF_NODE, Bed
 from tests.e2e.conftest import (
     E2E_FLAGS,
     Operator,
@@ -74,10 +74,11 @@ BIG_OUTPUT = 1_600_000
 
 @off_node
 def test_an_output_too_large_for_etcd_is_capped_and_the_run_not_repeated(
-    stacks: Stacks, program: Program, operator: Operator
+    bed: Bed, stacks: Stacks, operator: Operator, tmp_path: Path
 ) -> None:
     """A 1.6 MB output is stored as "[truncated: N bytes]"; the run concludes once."""
     del operator
+    program = Program(bed.git, tmp_path / "checkouts", "python")  # its code is extended
     source = (PROGRAMS / "files" / "__main__.py").read_text()
     big = 'pulumi.export("big", "x" * int(config.get("bigOutput") or 0))\n'
     program.commit("big output", **{"app/__main__.py": source + big})
@@ -142,6 +143,7 @@ def two_namespace_operator(
 
 
 def test_the_default_backend_is_scoped_per_namespace(
+    bed: Bed,
     control_plane: ControlPlane,
     namespace: str,
     other_namespace: str,
@@ -154,7 +156,11 @@ def test_the_default_backend_is_scoped_per_namespace(
     """Two Stacks named prod in two namespaces on the default backend keep separate state."""
     shared = tmp_path / "default-backend"
     op = two_namespace_operator(
-        control_plane, (namespace, other_namespace), tmp_path, f"--default-backend=file://{shared}"
+        control_plane,
+        (namespace, other_namespace),
+        tmp_path,
+        *bed.flags,
+        f"--default-backend=file://{shared}",
     )
     op.start()
     try:
@@ -172,6 +178,7 @@ def test_the_default_backend_is_scoped_per_namespace(
 
 
 def test_a_busy_namespace_does_not_hold_up_another(
+    bed: Bed,
     control_plane: ControlPlane,
     namespace: str,
     other_namespace: str,
@@ -189,6 +196,7 @@ def test_a_busy_namespace_does_not_hold_up_another(
         control_plane,
         (namespace, other_namespace),
         tmp_path,
+        *bed.flags,
         "--workers=2",
         "--max-concurrent-reconciles-per-namespace=1",
     )

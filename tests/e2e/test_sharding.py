@@ -95,6 +95,7 @@ def shards(
                 f"--leader-election-namespace={namespace}",
                 *LEASE_FLAGS,
                 f"--stack-selector={selector}",
+                *bed.flags,
             ),
             pulumi_bin=find_pulumi(),
         )

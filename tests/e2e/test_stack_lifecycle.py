@@ -300,10 +300,15 @@ def test_sigterm_mid_update_then_a_restart_converges(
     ),
 )
 def test_a_lock_held_by_another_live_update_is_waited_for(
-    stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels, tmp_path: Path
+    bed: Bed, stacks: Stacks, operator: Operator, sentinels: Sentinels, tmp_path: Path
 ) -> None:
-    """Another live `pulumi up` holds the stack: UpdateConflict is reported, then it proceeds."""
+    """Another live `pulumi up` holds the stack: UpdateConflict is reported, then it proceeds.
+
+    Both run the Python files program (the other update is the Automation API's, beside
+    the operator, with no plugin mirror), so the operator's run updates the file in place.
+    """
     del operator
+    program = Program(bed.git, tmp_path / "checkouts", "python")
     work = copy_program(tmp_path / "other")
     env = {
         "PULUMI_BACKEND_URL": f"file://{stacks.backend}",
@@ -397,8 +402,10 @@ def test_a_long_update_shows_live_progress_then_its_conclusion(
     done = stacks.wait_ready("slow")
     assert "progress" not in done["status"]
     assert find(done, "Reconciling") is None
-    ticker = Program(bed.git, tmp_path / "ticker")
-    ticker.commit("chained", **{"app/__main__.py": files_program()["app/__main__.py"] + CHAINED})
+    ticker = Program(bed.git, tmp_path / "ticker", "python")
+    ticker.commit(
+        "chained", **{"app/__main__.py": files_program("python")["app/__main__.py"] + CHAINED}
+    )
     paced = {"path": stacks.program_path("ticker"), "delay": "6", "secondDelay": "3"}
     stacks.create(stacks.manifest("ticker", ticker, config=paced))
     wait_until(lambda: progress_writes(stacks, "ticker") >= 2, "two progress writes", 90)
