@@ -33,6 +33,7 @@ from pathlib import Path
 from testbed.assets import KUBERNETES_PROVIDER_VERSION, cache_root, find_built, go_platform
 from testbed.assets.testfile import BINARY as TESTFILE_BINARY
 from testbed.assets.testfile import TESTFILE_VERSION
+from testbed.process import Served
 from testbed.serving import Serving
 
 OVERRIDES_VARIABLE = "PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"
@@ -186,7 +187,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         del format, args
 
 
-class PluginMirror:
+class PluginMirror(Served):
     """An HTTP server of plugin release tarballs on ``host`` (a free port); see the module."""
 
     def __init__(

@@ -168,12 +168,8 @@ def plugin_mirror() -> Iterator[PluginMirror]:
     Point the CLI at it with ``PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES=<plugin_mirror.overrides>``;
     ``plugin_mirror.requests`` and ``downloads()`` record what it served.
     """
-    mirror = PluginMirror([kubernetes_provider_or_skip()])
-    mirror.start()
-    try:
+    with PluginMirror([kubernetes_provider_or_skip()]) as mirror:
         yield mirror
-    finally:
-        mirror.stop()
 
 
 @pytest.fixture(scope="session")
@@ -184,12 +180,8 @@ def files_mirror() -> Iterator[PluginMirror]:
     runs it is given ``--plugin-mirror=<files_mirror.url>``, as one without internet access
     would be, and installs the provider from it once per plugin store.
     """
-    mirror = PluginMirror([file_provider()])
-    mirror.start()
-    try:
+    with PluginMirror([file_provider()]) as mirror:
         yield mirror
-    finally:
-        mirror.stop()
 
 
 def controller_manager_binary_or_skip() -> Path:
