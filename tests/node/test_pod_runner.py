@@ -145,9 +145,13 @@ def deployment_image(node_cluster: Any) -> str:
 def test_a_deleted_run_pod_is_concluded_as_runner_failed(
     pod_tenant: Stacks, node_git: GitServer, tmp_path: Path, state: Path
 ) -> None:
-    """A run pod killed mid-update: RunnerFailed naming the pod; the dead lock is released."""
+    """A run pod killed mid-update: RunnerFailed naming the pod; the dead lock is released.
+
+    The create's delay only has to outlast the deletion; the failed generation is retried
+    at once with it, before the next one runs, so a longer delay is waited for in vain.
+    """
     program = Program(node_git, tmp_path)
-    pod_tenant.create(pod_stack(pod_tenant, "doomed", program, delay="120"))
+    pod_tenant.create(pod_stack(pod_tenant, "doomed", program, delay="30"))
     wait_mid_step(state / "backend", "doomed", "creating file", timeout=240)
     pod_tenant.core.delete_namespaced_pod(
         "doomed-pulumi", pod_tenant.namespace, grace_period_seconds=0
