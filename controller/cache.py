@@ -17,6 +17,9 @@ Stored objects are also kept small, since an operator caches every object it wat
   fraction of the size (the full field sets mirror the whole object). So a cached object
   must never be written back whole (an update would replace the server's field
   ownership with this short form); writes are patches.
+- the ``kubectl.kubernetes.io/last-applied-configuration`` annotation is dropped: a
+  client-side ``kubectl apply`` (Argo CD's default) stores a whole copy of the object
+  there as a string, which the operator never reads;
 - Mapping keys and short strings are interned and every empty mapping is one shared
   object: a thousand objects of one kind repeat the same keys and values.
 """
@@ -54,6 +57,7 @@ class ObjectKey:
 
 INTERNED_LENGTH = 64  # strings up to this long are interned when frozen
 _EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _MANAGED_ENTRY_KEYS = ("manager", "operation", "apiVersion", "time", "subresource")
 
 
@@ -75,9 +79,22 @@ def freeze(value: Any) -> Any:  # noqa: ANN401 - any JSON value
 
 
 def freeze_object(obj: Mapping[str, Any]) -> Object:
-    """``freeze`` a Kubernetes object, its ``managedFields`` in short form (module docstring)."""
-    frozen: Object = freeze(compact_managed_fields(obj))
+    """``freeze`` a Kubernetes object kept small: short ``managedFields``, no last-applied.
+
+    See the module docstring; ``obj`` itself is left alone.
+    """
+    frozen: Object = freeze(drop_last_applied(compact_managed_fields(obj)))
     return frozen
+
+
+def drop_last_applied(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` without kubectl's last-applied-configuration annotation (a shallow copy)."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or LAST_APPLIED not in annotations:
+        return obj
+    kept = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return {**obj, "metadata": {**metadata, "annotations": kept}}  # type: ignore[dict-item]
 
 
 def compact_managed_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -150,7 +167,9 @@ class Store:
 
     def upsert(self, obj: Mapping[str, Any]) -> tuple[Object | None, Object]:
         """Store a frozen copy of ``obj`` (``freeze_object``); returns (previous, stored)."""
-        frozen = freeze_object(obj)
+        return self._put(freeze_object(obj))
+
+    def _put(self, frozen: Object) -> tuple[Object | None, Object]:
         key = ObjectKey.of(frozen)
         with self._lock:
             old = self._items.get(key)
@@ -170,14 +189,16 @@ class Store:
             return old
 
     def replace(
-        self, objects: Iterable[Mapping[str, Any]], namespace: str | None
+        self, objects: Iterable[Object], namespace: str | None
     ) -> tuple[list[tuple[Object | None, Object]], list[Object]]:
         """Make the store's contents (within ``namespace``, or all) equal ``objects``.
 
-        Returns the upserts as (previous, stored) pairs and the objects that vanished: a
-        relist after a watch gap reports deletes the watch never delivered.
+        ``objects`` come frozen by ``freeze_object`` (a relist freezes each page as it
+        arrives) and are stored as they are. Returns the upserts as (previous, stored)
+        pairs and the objects that vanished: a relist after a watch gap reports deletes
+        the watch never delivered.
         """
-        upserts = [self.upsert(obj) for obj in objects]
+        upserts = [self._put(obj) for obj in objects]
         listed = {ObjectKey.of(stored) for _, stored in upserts}
         gone = [k for k in self.keys(namespace) if k not in listed]
         deleted = [old for k in gone if (old := self.delete(k)) is not None]

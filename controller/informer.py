@@ -5,7 +5,11 @@ gets a reflector thread that follows client-go's reflector:
 
 - **list** (paginated, a consistent read), replace the scope's part of the store and
   deliver the difference: adds, updates (only where the resourceVersion moved) and deletes
-  for objects that vanished while we were not watching (``DeletedFinalStateUnknown``);
+  for objects that vanished while we were not watching (``DeletedFinalStateUnknown``).
+  Each page is frozen as it arrives and its decoded JSON let go before the next is asked
+  for, so a relist holds one raw page, never the whole list: the interpreter keeps the
+  memory a raw object held, and a whole list of them is more than twice what the cache
+  then keeps;
 - **watch** from the list's resourceVersion with bookmarks on and a random 5-10 min
   timeout; a timeout renews the watch from the last seen resourceVersion *without* a
   relist;
@@ -50,6 +54,7 @@ from kubernetes import client, watch
 from controller.cache import Object, ObjectKey, Store, freeze_object, resource_version
 from controller.clock import Clock, RealClock
 from controller.failures import CLIENT_FAILURES, FailureStreak
+from controller.objectsapi import ObjectsApi
 from controller.retry import REACHABILITY
 from controller.threads import ThreadGroup
 
@@ -127,7 +132,7 @@ class EventHandler(Protocol):
 
 
 class CustomObjectsListWatcher:
-    """A ListWatcher for a custom resource through ``CustomObjectsApi``.
+    """A ListWatcher for a custom resource through ``ObjectsApi``.
 
     With a ``label_selector`` the API server lists and watches only the objects whose
     labels match it; an object whose labels stop matching arrives as a DELETED event (its
@@ -147,7 +152,7 @@ class CustomObjectsListWatcher:
 
         ``label_selector`` (``kubectl -l`` syntax; "" for every object) is sent as is.
         """
-        self._api = client.CustomObjectsApi(api_client)
+        self._api = ObjectsApi(api_client)
         self._gvr = (group, version)
         self._plural = plural
         self.namespace = namespace
@@ -205,6 +210,12 @@ class CustomObjectsListWatcher:
             stream.stop()
 
 
+# Objects per list page. client-go asks for 500; ours is smaller because a page's decoded
+# JSON is more than twice its frozen copy and the interpreter keeps the memory it once
+# held: after a list of 1,000 Stacks the operator's RSS is 64 MiB at 100, 68 MiB at 500.
+PAGE_SIZE = 100
+
+
 class Reflector:
     """Keeps one scope of a Store in sync with the server; see the module docstring."""
 
@@ -215,7 +226,7 @@ class Reflector:
         handler: EventHandler,
         stop: threading.Event,
         *,
-        page_size: int = 500,
+        page_size: int = PAGE_SIZE,
         min_watch_timeout: int = 300,
         clock: Clock | None = None,
         on_synced: Callable[[], None] | None = None,
@@ -282,12 +293,11 @@ class Reflector:
 
     def list_and_replace(self) -> None:
         """List every page, replace this scope in the store, deliver the difference."""
-        items: list[Mapping[str, Any]] = []
+        items: list[Object] = []
         continue_token: str | None = None
         while True:
-            page = self._lw.list(self._page_size, continue_token)
-            items.extend(page.get("items") or [])
-            continue_token = page["metadata"].get("continue") or None
+            frozen, continue_token, listed_at = self._list_page(continue_token)
+            items.extend(frozen)
             if continue_token is None:
                 break
         upserts, deleted = self._store.replace(items, self._lw.namespace)
@@ -298,10 +308,20 @@ class Reflector:
                 self._handler.on_update(old, new)
         for obj in deleted:
             self._handler.on_delete(DeletedFinalStateUnknown(ObjectKey.of(obj), obj))
-        self.last_sync_resource_version = str(page["metadata"]["resourceVersion"])
+        self.last_sync_resource_version = listed_at
         self._synced.set()
         if self._on_synced is not None:
             self._on_synced()
+
+    def _list_page(self, continue_token: str | None) -> tuple[list[Object], str | None, str]:
+        """One page, frozen: (objects, the next page's token or None, its resourceVersion).
+
+        The page's decoded JSON is dropped on return (module docstring).
+        """
+        page = self._lw.list(self._page_size, continue_token)
+        meta = page["metadata"]
+        frozen = [freeze_object(obj) for obj in page.get("items") or ()]
+        return frozen, meta.get("continue") or None, str(meta.get("resourceVersion", ""))
 
     def watch_once(self) -> None:
         """Watch from the last resourceVersion until the server ends the stream.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.cache import ObjectKey, Store, freeze, freeze_object, thaw
+from controller.cache import LAST_APPLIED, ObjectKey, Store, freeze, freeze_object, thaw
 
 
 def obj(namespace: str, name: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
@@ -68,7 +68,8 @@ def test_replace_reports_upserts_and_vanished_objects_within_its_scope() -> None
     store = Store()
     for ns, name in [("a", "keep"), ("a", "gone"), ("b", "other")]:
         store.upsert(obj(ns, name))
-    upserts, deleted = store.replace([obj("a", "keep", rv="2"), obj("a", "new")], "a")
+    listed = [freeze_object(obj("a", "keep", rv="2")), freeze_object(obj("a", "new"))]
+    upserts, deleted = store.replace(listed, "a")
     assert [(old is not None, ObjectKey.of(new)) for old, new in upserts] == [
         (True, ObjectKey("a", "keep")),
         (False, ObjectKey("a", "new")),
@@ -133,9 +134,24 @@ def test_managed_fields_are_kept_as_who_wrote_which_top_level_field() -> None:
 
 
 def test_an_object_without_managed_fields_freezes_to_its_own_content() -> None:
-    """Nothing but managedFields is shortened: thawing gives the object back."""
+    """Nothing else is shortened: thawing gives the object back."""
     original = obj("ns", "a", items=[{"x": 1}, {}], empty={}, text="t" * 100)
     assert thaw(freeze_object(original)) == original
+
+
+def test_kubectls_last_applied_copy_is_not_cached_and_other_annotations_are() -> None:
+    """A client-side ``kubectl apply`` copy of the object is dropped; the input left alone."""
+    original = obj("ns", "a", stack="dev")
+    applied = json.dumps({"spec": {"stack": "dev"}})
+    annotations = {LAST_APPLIED: applied, "team": "web"}
+    original["metadata"]["annotations"] = annotations
+    cached = freeze_object(original)
+    assert thaw(cached["metadata"]["annotations"]) == {"team": "web"}
+    assert thaw(cached["spec"]) == {"stack": "dev"}
+    assert original["metadata"]["annotations"] == {LAST_APPLIED: applied, "team": "web"}
+    alone = obj("ns", "b")
+    alone["metadata"]["annotations"] = {LAST_APPLIED: applied}
+    assert thaw(freeze_object(alone)["metadata"]["annotations"]) == {}
 
 
 def test_frozen_objects_share_keys_short_strings_and_empty_mappings() -> None:

@@ -7,6 +7,8 @@ steps it, and would hang (then fail) if the informer waited in real time instead
 from __future__ import annotations
 
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -16,6 +18,7 @@ from kubernetes import client
 from controller.cache import Object, ObjectKey, Store
 from controller.clock import FakeClock
 from controller.informer import (
+    PAGE_SIZE,
     CustomObjectsListWatcher,
     DeletedFinalStateUnknown,
     ExpiredError,
@@ -113,6 +116,53 @@ def test_list_pages_are_joined_and_delivered_as_adds() -> None:
     assert handler.calls == [("add", "a"), ("add", "b")]
     assert r.last_sync_resource_version == "100"
     assert r.has_synced()
+
+
+class Raw(dict[str, Any]):
+    """A decoded object that can be watched for its release (a plain dict cannot)."""
+
+
+class PagedListWatcher(FakeListWatcher):
+    """Decodes each page afresh and notes which earlier pages' objects are still alive."""
+
+    def __init__(self, pages: int, per_page: int) -> None:
+        """Serve ``pages`` pages of ``per_page`` objects each."""
+        super().__init__()
+        self.total, self.per_page = pages, per_page
+        self.limits: list[int] = []
+        self.alive_at_each_list: list[int] = []
+        self.raw: list[weakref.ref[Raw]] = []
+
+    def list(self, limit: int, continue_token: str | None) -> Mapping[str, Any]:
+        """The next page, as freshly decoded JSON."""
+        self.limits.append(limit)
+        self.alive_at_each_list.append(sum(ref() is not None for ref in self.raw))
+        index = int(continue_token or 0)
+        items = [Raw(obj(f"p{index}-{i}", str(index))) for i in range(self.per_page)]
+        self.raw.extend(weakref.ref(item) for item in items)
+        meta: dict[str, Any] = {"resourceVersion": "100"}
+        if index + 1 < self.total:
+            meta["continue"] = str(index + 1)
+        return {"items": items, "metadata": meta}
+
+
+def test_a_list_lets_each_page_go_before_asking_for_the_next() -> None:
+    """A relist holds one decoded page at a time, never the whole list (memory).
+
+    Every object arrives frozen in the store; no decoded object of an earlier page is
+    alive when the next page is asked for, nor once the list is delivered.
+    """
+    lw, handler = PagedListWatcher(pages=3, per_page=4), Recorder()
+    store = Store()
+    r = Reflector(lw, store, handler, threading.Event(), clock=FakeClock())
+    r.list_and_replace()
+    assert lw.alive_at_each_list == [0, 0, 0]
+    assert lw.limits == [PAGE_SIZE] * 3
+    assert len(store) == 12
+    assert not any(isinstance(o, Raw) for o in store.objects())
+    assert all(isinstance(o, types.MappingProxyType) for o in store.objects())
+    assert sum(ref() is not None for ref in lw.raw) == 0
+    assert r.last_sync_resource_version == "100"
 
 
 def test_watch_events_update_the_store_and_the_resource_version() -> None:
