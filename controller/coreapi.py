@@ -9,37 +9,25 @@ what the callers keep anyway.
 
 Each method has the name, the positional arguments and the keyword arguments of the
 ``CoreV1Api`` method it stands for (the subset the operator passes), so a caller or a test
-double written against one fits the other. Guarantees:
-
-- a 2xx answer is returned as its decoded JSON (``dict``), or, with
-  ``_preload_content=False``, as the streaming ``urllib3`` response, unread;
-- any other answer raises ``kubernetes.client.ApiException`` (its typed subclasses, with
-  ``status``, ``reason`` and ``body``) exactly as the generated client raises it;
-- a body may be a dict or a generated model (serialized as the generated client does);
-- a write given a ``field_manager`` sends it as the ``fieldManager`` query parameter, so
-  that ``managedFields`` name the writer (None: the API server's default, the user agent).
+double written against one fits the other; with ``_preload_content=False`` a method hands
+back the streaming response, unread. The requests and their guarantees (answers, errors,
+bodies, ``fieldManager``) are ``controller.jsonapi.JsonApi``'s.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 from urllib.parse import quote
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from urllib3.response import BaseHTTPResponse
 
-Timeout = float | tuple[float, float] | None
-JSON = "application/json"
+from controller.jsonapi import JsonApi, Timeout
+
+__all__ = ["CoreApi", "Timeout"]
 
 
-class CoreApi:
+class CoreApi(JsonApi):
     """The operator's core/v1 requests through ``api_client`` (see the module docstring)."""
-
-    def __init__(self, api_client: client.ApiClient) -> None:
-        """Send every request through ``api_client``."""
-        self.api_client = api_client
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -178,68 +166,6 @@ class CoreApi:
         return self._write(
             "PATCH", path, body, field_manager, _content_type, timeout=_request_timeout
         )
-
-    # -- the request ----------------------------------------------------------------------
-
-    def _write(  # noqa: PLR0913 - one write's parts
-        self,
-        method: str,
-        path: str,
-        body: object,
-        field_manager: str | None,
-        content_type: str = JSON,
-        *,
-        timeout: Timeout,
-    ) -> dict[str, Any]:
-        """Send one write as ``field_manager``; its JSON answer."""
-        query = [("fieldManager", field_manager)] if field_manager is not None else []
-        return self._json(method, path, body, content_type, query=query, timeout=timeout)
-
-    def _json(  # noqa: PLR0913 - one request's parts
-        self,
-        method: str,
-        path: str,
-        body: object = None,
-        content_type: str = JSON,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        timeout: Timeout,
-    ) -> dict[str, Any]:
-        """Send one request; its JSON answer."""
-        response = self._send(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
-        )
-        decoded: dict[str, Any] = json.loads(response.data or b"{}")
-        return decoded
-
-    def _send(  # noqa: PLR0913 - one request's parts
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: object = None,
-        content_type: str = JSON,
-        timeout: Timeout,
-    ) -> BaseHTTPResponse:
-        """Send one request; the response unread, or ``ApiException`` for a non-2xx."""
-        headers = {"Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self.api_client.param_serialize(
-            method,
-            path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        answer = self.api_client.call_api(*request, _request_timeout=timeout)
-        response: BaseHTTPResponse = answer.response
-        if not 200 <= answer.status <= 299:
-            text = response.data.decode(errors="replace")
-            raise ApiException.from_response(http_resp=answer, body=text, data=None)
-        return response
 
 
 def _path(namespace: str, resource: str, name: str | None = None) -> str:

@@ -35,6 +35,7 @@ from controller.cache import Object, ObjectKey, Store
 from controller.clock import Clock
 from controller.failures import FailureStreak
 from controller.informer import CustomObjectsListWatcher, DeletedFinalStateUnknown, Informer
+from controller.objectsapi import ObjectsApi
 from controller.threads import ThreadGroup
 from reconcile.sources import FLUX_GROUP, PROGRAM_KIND
 
@@ -213,11 +214,12 @@ class SourceWatch:
         """
         for version in kind.versions:
             try:
-                found = client.CustomObjectsApi(self._api).get_api_resources(kind.group, version)
+                found = ObjectsApi(self._api).get_api_resources(kind.group, version)
             except client.ApiException as err:
                 if err.status == 404:
                     continue
                 raise
-            if any(resource.name == kind.plural for resource in found.resources or ()):
+            served = (resource.get("name") for resource in found.get("resources") or ())
+            if kind.plural in served:
                 return version
         return None

@@ -30,6 +30,7 @@ from kubernetes import client
 
 from controller.cache import ObjectKey
 from controller.clock import Clock, RealClock
+from controller.objectsapi import ObjectsApi
 from controller.reconciler import TransientError
 from controller.retry import with_retries
 from reconcile.accounts import AccountSource
@@ -161,7 +162,7 @@ class StackPatcher:
 
     def __init__(self, api_client: client.ApiClient, field_manager: str | None = None) -> None:
         """Patch Stacks through ``api_client`` as ``field_manager`` (``managedFields``)."""
-        self._objects = client.CustomObjectsApi(api_client)
+        self._objects = ObjectsApi(api_client)
         self._field_manager = field_manager
 
     def set_finalizers(self, key: ObjectKey, resource_version: str, finalizers: list[str]) -> None:

@@ -56,6 +56,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from controller.cache import Object, ObjectKey, resource_version, thaw
 from controller.clock import Clock, RealClock
+from controller.objectsapi import ObjectsApi
 from controller.retry import MAX_DELAY, is_transient, request_too_large, retrying
 from controller.view import ReadYourWritesView
 from status.conditions import without_stale_stall
@@ -196,7 +197,7 @@ class StatusWriter:
         self._wake = threading.Condition(threading.Lock())
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._api = client.CustomObjectsApi(api_client)
+        self._api = ObjectsApi(api_client)
         self._view = view
         self._gvp = (group, version, plural)
         self._lock = threading.Lock()

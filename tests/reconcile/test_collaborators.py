@@ -27,7 +27,7 @@ def patcher(answer: client.ApiException | None, calls: list[tuple[Any, ...]]) ->
             raise answer
         return {}
 
-    patch._objects.patch_namespaced_custom_object = call  # type: ignore[method-assign]  # noqa: SLF001
+    patch._objects.patch_namespaced_custom_object = call  # type: ignore[method-assign,assignment]  # noqa: SLF001
     return patch
 
 
