@@ -95,6 +95,11 @@ _NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # for its passes to have read it Ready: a pass that read it before writes its taint after.
 NODE_MONITOR_PERIOD = 1
 SETTLED = 3 * NODE_MONITOR_PERIOD
+# How long a Node may go unheard before its controller marks it (and its pods) not Ready
+# (--node-monitor-grace-period; 50 s by default). 15 s here, with the kubelets renewing their
+# Lease every 2 s (``config.NODE_LEASE_SECONDS``): seven missed renewals, so a loaded machine
+# does not flap a Node, while a test of a lost node waits 15 s for it, not production's 50.
+NODE_MONITOR_GRACE = 15
 
 
 def missing_host_tools() -> list[str]:
@@ -313,6 +318,7 @@ class NodeCluster:
             f"--service-cluster-ip-range={self.service_cidr}",
             "--controllers=*",
             f"--node-monitor-period={NODE_MONITOR_PERIOD}s",
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE}s",
             # Its default is under /usr/libexec, which it would create on the host.
             f"--flex-volume-plugin-dir={self.root / 'kcm-flex-volumes'}",
         ]

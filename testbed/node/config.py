@@ -102,6 +102,8 @@ def cni_conflist(layout: NodeLayout) -> str:
     return json.dumps(conflist, indent=2)
 
 
+# The kubelet's Lease duration (40 s by default, renewed every 10 s): 8 s, renewed every 2 s.
+NODE_LEASE_SECONDS = 8
 RESOLV_CONF = "resolv.conf"
 RESOLV_CONF_TEXT = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
@@ -144,6 +146,8 @@ def kubelet_config(layout: NodeLayout, client_ca: Path) -> str:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusUpdateFrequency": "2s",
+        # Renewed every quarter of its duration (2 s); see cluster.NODE_MONITOR_GRACE.
+        "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
         "syncFrequency": "10s",
         "fileCheckFrequency": "0s",
         "shutdownGracePeriod": "0s",
