@@ -77,7 +77,7 @@ class OperationRun:
         env = {
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "HOME": str(self.home),
-            **settings.installer.environment(),
+            **settings.installer.environment(self._owner()),
             **mirror,
             **request.env,
             "PULUMI_HOME": str(self.home),
@@ -444,6 +444,14 @@ class OperationRun:
         if args and self.request.target_dependents:
             args.append("--target-dependents")
         return args
+
+    def _owner(self) -> str:
+        """Whose runs these are: the Stack's home, stack name and pod (its hostname).
+
+        A Stack's home is its own under the local runner; every run pod's is the same
+        path, and its hostname (the pod's name, one per Stack) tells them apart.
+        """
+        return "\n".join((str(self.home), self.request.stack, self.request.env.get("HOSTNAME", "")))
 
     def _log_line(self, line: str) -> None:
         if line.strip():

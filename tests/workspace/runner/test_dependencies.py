@@ -76,9 +76,16 @@ def steps(outcome: Outcome) -> list[tuple[str, bool]]:
 
 
 def test_a_typescript_program_gets_its_node_modules_once(
-    runner: LocalRunner, pulumi_env: PulumiEnv, copy_program: Callable[[str], Path]
+    runner: LocalRunner,
+    pulumi_env: PulumiEnv,
+    copy_program: Callable[[str], Path],
+    tmp_path: Path,
 ) -> None:
-    """``npm ci`` from the lockfile, the program runs with it; the next run installs nothing."""
+    """``npm ci`` from the lockfile, the program runs with it; the next run installs nothing.
+
+    What ts-node compiled is kept in the store (``TS_NODE_CACHE_DIRECTORY``), unless the
+    request sets that variable itself.
+    """
     program = copy_program("node-outputs")
     first, progress = up(runner, request_for(pulumi_env, program))
     assert succeeded(first)
@@ -90,11 +97,18 @@ def test_a_typescript_program_gets_its_node_modules_once(
     assert installing[0].current == "installing dependencies (npm ci)"
     assert installing[0].started is not None
     assert steps(first)[0][0] == "nodejs"
+    compiled = list((runner.dependency_store.root / "downloads" / "ts-node").rglob("*.js"))
+    assert compiled, "ts-node keeps what it compiled in the store, not in a temporary directory"
     second, progress = up(runner, request_for(pulumi_env, program, "two"))
     assert succeeded(second)
     assert second.outputs["value"] == "two"
     assert steps(second) == [("nodejs", True), ("plugins", True)]
     assert not [p for p in progress.reports if p.step == "install"]
+    own = tmp_path / "own-ts-node-cache"
+    request = request_for(pulumi_env, program, "three")
+    mine = dataclasses.replace(request, env={**request.env, "TS_NODE_CACHE_DIRECTORY": str(own)})
+    assert succeeded(up(runner, mine)[0])
+    assert list(own.rglob("*.js")), "the Stack's own setting wins"
 
 
 def test_a_python_program_gets_a_virtualenv_of_its_own(

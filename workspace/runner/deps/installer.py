@@ -24,7 +24,7 @@ import structlog
 
 from controller.clock import Clock, RealClock
 from workspace.runner.deps import golang, nodejs, python
-from workspace.runner.deps.downloads import download_env
+from workspace.runner.deps.downloads import compile_cache_env, download_env
 from workspace.runner.deps.failures import message, permanence
 from workspace.runner.deps.plan import InstallPlan
 from workspace.runner.deps.store import DependencyStore, Entry, Usage
@@ -68,9 +68,13 @@ class Installer:
         self.store = store
         self.clock: Clock = clock or RealClock()
 
-    def environment(self) -> dict[str, str]:
-        """Variables every tool and CLI of a run gets: the download caches."""
-        return download_env(self.store)
+    def environment(self, owner: str) -> dict[str, str]:
+        """Variables every tool and CLI of ``owner``'s runs gets: the download caches.
+
+        And the compile cache of TypeScript programs, one per ``owner`` (a Stack's own
+        identity: ``downloads.compile_cache_env``).
+        """
+        return download_env(self.store) | compile_cache_env(self.store, owner)
 
     @contextlib.contextmanager
     def prepared(self, project: Project, tools: Tools, on_install: OnInstall) -> Iterator[Prepared]:

@@ -147,3 +147,19 @@ def _set_when(path: Path, event: threading.Event) -> None:
     while not path.exists():
         threading.Event().wait(0.05)
     event.set()
+
+
+def test_the_run_environment_has_the_download_caches_and_a_compile_cache_per_owner(
+    tmp_path: Path,
+) -> None:
+    """Every tool's cache is in the store; ts-node's is there too, one per Stack."""
+    installer = Installer(DependencyStore(tmp_path / "store", 1 << 30))
+    first, again = installer.environment("home-a\ndev\n"), installer.environment("home-a\ndev\n")
+    other = installer.environment("home-b\ndev\n")
+    downloads = tmp_path / "store" / "downloads"
+    assert Path(first["npm_config_cache"]) == downloads / "npm"
+    ts_node = Path(first["TS_NODE_CACHE_DIRECTORY"])
+    assert ts_node.parent == downloads / "ts-node"
+    assert again["TS_NODE_CACHE_DIRECTORY"] == str(ts_node), "stable: the next run finds it"
+    assert other["TS_NODE_CACHE_DIRECTORY"] != str(ts_node), "Stacks never share one"
+    assert "home-a" not in str(ts_node), "named by a digest, not by the owner's words"
