@@ -1,4 +1,4 @@
-"""``controller.coreapi.CoreApi`` against a real kube-apiserver, and who may use what.
+"""``controller.coreapi.CoreApi`` against a real kube-apiserver.
 
 Every call the operator makes through ``CoreApi`` is made here as the operator makes it:
 the answers are the server's JSON, the refusals the generated client's typed
@@ -9,9 +9,6 @@ generated ``CoreV1Api`` (the tests may load it; the operator does not).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,33 +16,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException, NotFoundException
 
 from controller.coreapi import CoreApi
-
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("controller", "reconcile", "status", "workspace", "pulumi_stack_operator")
-
-
-def test_shipped_code_never_uses_the_generated_core_v1_api() -> None:
-    """Its ~250 models and per-method validators cost the operator about 20 MiB."""
-    users = [
-        str(path.relative_to(REPO))
-        for package in SHIPPED
-        for path in sorted((REPO / package).rglob("*.py"))
-        if "CoreV1Api(" in path.read_text()
-    ]
-    assert users == []
-
-
-def test_the_operator_process_does_not_load_the_core_models() -> None:
-    """Importing the operator and making a ``CoreApi`` loads neither the API nor its models."""
-    program = (
-        "import sys, kubernetes.client, pulumi_stack_operator.__main__, controller.manager; "
-        "from controller.coreapi import CoreApi; CoreApi(kubernetes.client.ApiClient()); "
-        "print(sorted(m for m in sys.modules if m.endswith(('core_v1_api', 'v1_pod_spec'))))"
-    )
-    loaded = subprocess.run(
-        [sys.executable, "-c", program], check=True, capture_output=True, text=True
-    ).stdout
-    assert loaded.strip() == "[]"
 
 
 @pytest.mark.integration

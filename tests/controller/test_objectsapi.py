@@ -10,8 +10,6 @@ the generated client's typed ``ApiException``. The Stacks are made with the gene
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,35 +19,8 @@ from kubernetes.client.exceptions import ApiException, NotFoundException
 
 from controller.objectsapi import ObjectsApi, list_query
 
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("controller", "reconcile", "status", "workspace", "pulumi_stack_operator")
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
 MANAGER = "objectsapi-test"
-
-
-def test_shipped_code_never_uses_the_generated_custom_objects_api() -> None:
-    """Its per-method validators and discovery models cost the operator about 2 MiB."""
-    users = [
-        str(path.relative_to(REPO))
-        for package in SHIPPED
-        for path in sorted((REPO / package).rglob("*.py"))
-        if "CustomObjectsApi(" in path.read_text()
-    ]
-    assert users == []
-
-
-def test_the_operator_process_does_not_load_the_custom_objects_api() -> None:
-    """Importing the operator and making an ``ObjectsApi`` loads neither the API nor a model."""
-    program = (
-        "import sys, kubernetes.client, pulumi_stack_operator.__main__, controller.manager; "
-        "from controller.objectsapi import ObjectsApi; ObjectsApi(kubernetes.client.ApiClient()); "
-        "print(sorted(m for m in sys.modules if m.endswith(('custom_objects_api', "
-        "'v1_api_resource_list'))))"
-    )
-    loaded = subprocess.run(
-        [sys.executable, "-c", program], check=True, capture_output=True, text=True
-    ).stdout
-    assert loaded.strip() == "[]"
 
 
 def test_a_list_query_has_the_apis_names_and_refuses_a_keyword_it_does_not_know() -> None:
