@@ -216,11 +216,19 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
     assert 0 <= seconds["checkout"] < 60  # the monkeypatched checkout returns at once
 
 
-def test_the_agent_starts_without_the_kubernetes_client() -> None:
-    """Every run pod starts the agent: the client it never uses is not imported."""
+NOT_THE_AGENTS = ("kubernetes", "urllib3", "prometheus_client", "controller.manager")
+"""The operator's modules: a run pod's agent (started twice per run) imports none of them."""
+
+
+def test_the_agent_starts_without_the_operators_modules() -> None:
+    """The entry point as a run pod starts it (``agent``) loads nothing of the operator."""
     probe = (
-        "import sys, pulumi_stack_operator.agent\n"
-        "print(sorted(m for m in ('kubernetes', 'urllib3') if m in sys.modules))"
+        "import sys\n"
+        "from pulumi_stack_operator import agent\n"
+        f"agent.main = lambda args: print(sorted(m for m in {NOT_THE_AGENTS!r} "
+        "if m in sys.modules)) or 0\n"
+        "from pulumi_stack_operator.__main__ import main\n"
+        "sys.exit(main(['agent']))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
