@@ -8,10 +8,17 @@ runs in the environment's own directory on copies of ``package.json``, the lockf
 the package manager's settings files (which the key hashes), and the program's directory
 gets a ``node_modules`` symlink to the result. A program that commits its own
 ``node_modules`` installs nothing.
+
+The key holds the versions of node and of the package manager. A package manager that is
+a script of its own package (npm's ``bin/npm-cli.js``, a global pnpm or yarn) has the
+version its ``package.json`` says, as ``--version`` prints it, read without starting it
+(``npm --version`` takes 0.1 s, paid by every run pod); any other is asked.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -29,6 +36,7 @@ LOCKFILES = {
 }
 SETTINGS = (".npmrc", ".yarnrc", ".yarnrc.yml", "pnpm-workspace.yaml", ".pnpmfile.cjs")
 MODULES = "node_modules"
+PACKAGE_DEPTH = 2  # directories above a package manager's script its package.json may be in
 
 
 def plan(project: Project, tools: Tools) -> InstallPlan | None:
@@ -54,7 +62,11 @@ def plan(project: Project, tools: Tools) -> InstallPlan | None:
         *([lockfile] if lockfile else []),
         *present(directory, SETTINGS),
     ]
-    versions = [tools.version(node), tools.version(binary), manager]
+    versions = [
+        tools.version(node),
+        packaged_version(binary, manager) or tools.version(binary),
+        manager,
+    ]
     key = content_key("nodejs", tool, versions, inputs)
 
     def install(target: Path) -> None:
@@ -69,6 +81,25 @@ def plan(project: Project, tools: Tools) -> InstallPlan | None:
         return Activation(links={MODULES: target / MODULES})
 
     return InstallPlan("nodejs", tool, key, install, activation)
+
+
+def packaged_version(binary: str, name: str) -> str | None:
+    """The version in the ``package.json`` of package ``name`` that ``binary`` is a script of.
+
+    None when ``binary`` (symlinks resolved) is not in such a package within
+    ``PACKAGE_DEPTH`` directories of it, or its ``package.json`` cannot be read.
+    """
+    for directory in list(Path(os.path.realpath(binary)).parents)[:PACKAGE_DEPTH]:
+        manifest = directory / MANIFEST
+        if manifest.is_file():
+            try:
+                found = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                return None
+            is_it = isinstance(found, dict) and found.get("name") == name
+            version = found.get("version") if is_it else None
+            return version if isinstance(version, str) and version else None
+    return None
 
 
 def _manager(project: Project) -> str:

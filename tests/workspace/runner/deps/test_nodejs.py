@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,3 +155,40 @@ def test_pnpm_keeps_its_store_beside_the_other_download_caches(
     plan.install(tmp_path / "env")
     store = tmp_path / "cache" / "downloads" / "pnpm"
     assert node_bin.calls[-1] == f"pnpm install --frozen-lockfile --store-dir {store}"
+
+
+def test_a_package_managers_own_package_json_gives_its_version_without_running_it(
+    make_project: Callable[..., Project], node_bin: FakeBin, tmp_path: Path
+) -> None:
+    """A manager linked to its package's script: the key has package.json's version.
+
+    It is not asked (no ``--version`` call); a script of another package, or of none, is.
+    """
+    project = make_project("nodejs", **{"package.json": PACKAGE, "package-lock.json": "{}"})
+    package = tmp_path / "lib" / "node_modules" / "npm"
+    (package / "bin").mkdir(parents=True)
+    manifest = package / "package.json"
+    manifest.write_text('{"name": "npm", "version": "10.0.0"}')
+    script = node_bin.directory / "npm"
+    script.rename(package / "bin" / "npm-cli.js")
+    script.symlink_to(package / "bin" / "npm-cli.js")
+    first = nodejs.plan(project, node_bin.tools())
+    manifest.write_text('{"name": "npm", "version": "11.0.0"}')
+    upgraded = nodejs.plan(project, node_bin.tools())
+    assert first is not None
+    assert upgraded is not None
+    assert first.key != upgraded.key
+    assert not [call for call in node_bin.calls if call.startswith("npm --version")]
+    assert nodejs.packaged_version(str(script), "npm") == "11.0.0"
+    assert nodejs.packaged_version(str(script), "pnpm") is None
+    assert nodejs.packaged_version(str(node_bin.directory / "node"), "node") is None
+
+
+def test_the_real_npms_package_json_says_what_its_version_flag_prints() -> None:
+    """The key of a real npm is the same read or asked: the installed npm says so."""
+    npm = shutil.which("npm")
+    assert npm is not None, "the test machine has npm"
+    printed = subprocess.run(
+        [npm, "--version"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert nodejs.packaged_version(npm, "npm") == printed
