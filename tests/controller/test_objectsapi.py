@@ -86,8 +86,9 @@ def test_discovery_reads_and_lists_answer_the_servers_json(
 
 
 @pytest.mark.integration
+@pytest.mark.usefixtures("stacks")
 def test_a_watch_through_watch_stream_yields_the_servers_events(
-    api_client: client.ApiClient, namespace: str, stacks: list[str]
+    api_client: client.ApiClient, namespace: str
 ) -> None:
     """``kubernetes.watch.Watch`` drives the list as a watch; events carry the raw objects."""
     api = ObjectsApi(api_client)
@@ -109,12 +110,12 @@ def test_a_watch_through_watch_stream_yields_the_servers_events(
     stream.stop()
     assert first["type"] == "MODIFIED"
     assert first["raw_object"]["metadata"]["labels"] == {"team": "web", "seen": "yes"}
-    assert stacks
 
 
 @pytest.mark.integration
+@pytest.mark.usefixtures("stacks")
 def test_merge_patches_of_metadata_and_status_are_written_as_the_field_manager(
-    api_client: client.ApiClient, namespace: str, stacks: list[str]
+    api_client: client.ApiClient, namespace: str
 ) -> None:
     """A stale resourceVersion is a 409; the status patch goes to the status subresource."""
     api = ObjectsApi(api_client)
@@ -138,4 +139,3 @@ def test_merge_patches_of_metadata_and_status_are_written_as_the_field_manager(
     managers = {(e["manager"], e.get("subresource", "")) for e in entries}
     assert {(MANAGER, ""), (MANAGER, "status")} <= managers
     assert json.loads(json.dumps(written)) == written
-    assert stacks
