@@ -2,7 +2,8 @@
 
 A run pod's own object says when it was created (``metadata.creationTimestamp``),
 scheduled (the ``PodScheduled`` condition's ``lastTransitionTime``), and when its checkout
-init container and its run container started and finished (``state.running.startedAt``,
+container (beside the run container, or its init container) and its run container started
+and finished (``state.running.startedAt``,
 ``state.terminated.startedAt`` / ``finishedAt``). The API gives all of them to the second
 (RFC 3339 without a fraction), so a leg between two of them is off by up to a second
 either way. ``pod_times`` reads them; ``split`` makes the legs of one run from them, the
@@ -92,17 +93,19 @@ def _started_finished(state: Mapping[str, Any]) -> tuple[Stamp, Stamp]:
 def split(times: PodTimes, inside: Mapping[str, float], e2e: float) -> dict[str, float]:
     """One run's legs: ``SPLIT`` (summing to ``e2e``, also given), ``init`` and ``handoff``.
 
-    ``schedule``: created → scheduled; ``start``: scheduled → the checkout container
+    ``schedule``: created → scheduled; ``start``: scheduled → the pod's first container
     running (sandbox, image, volumes); ``checkout``, ``install``, ``cli``: the agent's
     ``inside`` seconds (0 for a phase it did not report); ``other``: the rest of ``e2e``.
     ``init`` is the checkout container's life, ``handoff`` its end → the run container
-    running. Raises ``ValueError`` naming a timestamp the pod did not give.
+    running (negative: the run container started first, beside the checkout). Raises
+    ``ValueError`` naming a timestamp the pod did not give.
     """
     created, scheduled = _need(times, "created"), _need(times, "scheduled")
     init_started, init_finished = _need(times, "init_started"), _need(times, "init_finished")
+    first = min(init_started, _need(times, "main_started"))
     legs = {
         "schedule": _seconds(created, scheduled),
-        "start": _seconds(scheduled, init_started),
+        "start": _seconds(scheduled, first),
         **{leg: float(inside.get(f"in_runner_{leg}_s", 0.0)) for leg in AGENT},
     }
     legs["other"] = e2e - sum(legs.values())
@@ -233,12 +236,17 @@ def of_run(seen: Seen, namespace: str, stack: str, generation: int) -> bool:
 
 
 def container_running(namespace: str, stack: str, generation: int) -> Predicate:
-    """Matches the run pod of ``stack``'s ``generation`` showing its run container started."""
+    """Matches the run pod of ``stack``'s ``generation`` once both its containers started.
+
+    The run container and the checkout: beside it, or its init container (then ended).
+    """
 
     def check(seen: Seen) -> bool:
+        checkout = podstate.container_state(seen.obj, init=True)
         return (
             of_run(seen, namespace, stack, generation)
             and podstate.container_started_at(seen.obj) is not None
+            and bool(checkout.get("running") or checkout.get("terminated"))
         )
 
     return check
