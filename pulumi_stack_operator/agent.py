@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import structlog
+
 from controller.clock import RealClock
 from controller.signals import relay_signals
 from controller.tracing import TraceContext
@@ -87,6 +89,7 @@ ABANDONED = (
     "see its log (kubectl logs <run pod> -c checkout) and state"
 )
 CLOCK = RealClock()  # the run pod's one clock
+log = structlog.get_logger(__name__)
 Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 
 
@@ -175,7 +178,9 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     ``CHECKOUT_FAILED``, which the run container then reports instead of running.
     """
     environ = dict(os.environ if environ is None else environ)
-    if list(args) == ["checkout"]:
+    step = "checkout" if list(args) == ["checkout"] else "run"
+    log.info("Agent started", step=step)  # the container's start, as its log dates it
+    if step == "checkout":
         return checkout_only(environ)
     stop = threading.Event()
     relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
@@ -203,6 +208,7 @@ def checkout_only(environ: Mapping[str, str]) -> int:
             CHECKOUT_SECONDS.write_text(f"{CLOCK.now() - started:.3f}\n")
         if failed is not None:
             CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
+    log.info("Checked out", failed=failed is not None, seconds=round(CLOCK.now() - started, 3))
     return 0
 
 

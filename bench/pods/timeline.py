@@ -16,8 +16,9 @@ not), and the mean legs add up to the mean end-to-end time as each run's do.
 A kept run pod's log, read with the kubelet's timestamps (sub-second), pins the agent:
 ``agent_span`` is when its first line and its outcome line were written, and ``around``
 splits the run's PATCH → Ready into ``before_agent`` (the operator, scheduling, the
-sandbox, the checkout container, the run container's start and the agent's own start-up),
-``agent`` (its operation: install, CLI and its own work) and ``after_agent`` (its outcome
+sandbox, the containers' starts and the agent's own start-up),
+``agent`` (from its first line, ``Agent started``: a wait for a checkout beside it, then
+its operation: install, CLI and its own work) and ``after_agent`` (its outcome
 reported → Ready seen: the operator reading the line, releasing the pod, concluding the
 run and writing the status; the container's own end is no longer waited for).
 

@@ -100,7 +100,7 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     pod_tenant.create(body)
     pod = wait_for(lambda: running(pod_tenant, POD_WEB), "the run pod to run", timeout=240)
     spec = pod["spec"]
-    container, checkout = spec["containers"]  # the checkout beside the run
+    checkout, container = spec["containers"]  # the checkout beside the run, started first
     assert (container["name"], checkout["name"]) == ("pulumi", "checkout")
     assert checkout["securityContext"] == container["securityContext"]
     assert spec["serviceAccountName"] == "deployer"

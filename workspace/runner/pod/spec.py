@@ -20,7 +20,8 @@ Guarantees of ``run_pod``:
   git credentials are variables of the ``checkout`` container only, which checks the
   source out into ``/workspace``; the program's container never has them.
 * The checkout runs beside the run container (``checkout_alongside``: both started at
-  once, the run's agent waiting on the checkout's hand-off, ``workspace.runner.handoff``)
+  once, the checkout first, the run's agent starting up meanwhile and then waiting on
+  the checkout's hand-off, ``workspace.runner.handoff``)
   unless the Stack has init containers of its own, which must see the checked-out source,
   or sets resource limits, which a second regular container would count twice against a
   namespace's quota; then it is the pod's first init container. Beside, it requests only
@@ -165,7 +166,7 @@ def _resources(given: Mapping[str, Any] | None, defaults: Mapping[str, str]) -> 
 
 def _add_caching(spec: dict[str, Any], caching: RunCaching, *, cached: bool) -> None:
     """Mount the cache claim into the run container and tell the agent about it."""
-    container = spec["containers"][0]
+    [container] = [c for c in spec["containers"] if c["name"] == CONTAINER]
     env = [{"name": "PSO_CACHE_LIMIT", "value": str(caching.limit)}]
     if caching.mirror:
         env.append({"name": "PSO_PLUGIN_MIRROR", "value": caching.mirror})
@@ -219,7 +220,7 @@ def _pod_spec(
     if checkout_alongside(template):
         _request_for_checkout(checkout, run)
         run["env"] = [{"name": CHECKOUT_ALONGSIDE, "value": "1"}, *run["env"]]
-        containers, inits = [run, checkout], tenants
+        containers, inits = [checkout, run], tenants  # the kubelet starts them in order
     else:
         containers, inits = [run], [checkout, *tenants]
     spec: dict[str, Any] = {

@@ -76,8 +76,8 @@ def test_the_pod_runs_the_agent_as_the_stacks_service_account() -> None:
     assert metadata["ownerReferences"][0]["uid"] == "uid-1"
     assert metadata["annotations"]["pulumi-stack-operator.dev/generation"] == "3"
     assert metadata["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
-    container, checkout = spec["containers"]
-    assert container["name"] == "pulumi"  # first: started first, kubectl's default
+    checkout, container = spec["containers"]  # the checkout first: the kubelet starts it first
+    assert container["name"] == "pulumi"
     assert metadata["annotations"]["kubectl.kubernetes.io/default-container"] == "pulumi"
     assert container["command"] == list(AGENT_COMMAND)
     assert container["image"] == "operator:1"
@@ -106,7 +106,7 @@ def test_restricted_by_default_baseline_on_request() -> None:
     baseline = manifest(security_profile="baseline")
     assert "runAsNonRoot" not in baseline["spec"]["securityContext"]
     assert baseline["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert baseline["spec"]["containers"][0]["securityContext"] == {
+    assert run_container(baseline)["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
@@ -129,7 +129,7 @@ def test_secret_values_come_by_reference() -> None:
             {"resources": {"limits": {"memory": "1Gi"}}},
             lambda p: {"limits": p["spec"]["containers"][0]["resources"]["limits"]},
         ),
-        ({"env": [{"name": "A", "value": "1"}]}, lambda p: p["spec"]["containers"][0]["env"][-1:]),
+        ({"env": [{"name": "A", "value": "1"}]}, lambda p: run_container(p)["env"][-1:]),
         ({"labels": {"team": "a"}}, lambda p: {"team": p["metadata"]["labels"]["team"]}),
     ],
 )
