@@ -200,3 +200,18 @@ def test_under_xdist_the_hosts_tests_run_on_one_worker(
     result.assert_outcomes(passed=12)
     workers = {(pytester.path / f"ran-{n}").read_text() for n in range(6)}
     assert len(workers) == 1, workers
+
+
+def test_xdist_hands_the_groups_out_before_any_other_work() -> None:
+    """Groups go ahead of modules (largest first, as added); a re-added group stays ahead."""
+    from tests.tiers import _GroupsFirstQueue  # noqa: PLC0415 - the queue alone
+
+    queue = _GroupsFirstQueue()
+    scopes = ("t.py::a", "host", "t.py::b[x@y]", "host-pods", "u.py::c")  # as xdist adds them
+    for scope in scopes:
+        queue[scope] = {scope: False}
+    assert list(queue) == ["host", "host-pods", "t.py::a", "t.py::b[x@y]", "u.py::c"]
+    taken = queue.popitem(last=False)  # a worker takes the first unit
+    assert taken[0] == "host"
+    queue.update({"host": {}})  # a crashed worker's unit made available again
+    assert list(queue)[:2] == ["host", "host-pods"]

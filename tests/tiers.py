@@ -14,8 +14,10 @@ Role: a pytest plugin (registered by ``tests/conftest.py``) that
   that need no session node (each starts clusters of its own, or only builds and runs the
   image), and ``host`` for the rest. A group's tests run one at a time, so no test sees
   another's pods, Events or metrics; image builds are serialised across workers by the
-  image cache's lock. The groups are the largest work units, so xdist hands them out
-  first, one to a worker;
+  image cache's lock. ``GroupsFirst`` (the ``loadgroup`` scheduler here) hands the groups
+  out before any other work unit, the largest first, one to a worker while there are
+  workers to spare, so a worker runs its groups first and together (the session's node
+  cluster is stopped after them: ``tests/node/cluster.py``);
 - selects one tier with ``--tier``: ``unit`` (no real component: ``make test-unit``),
   ``e2e`` (real components, but not the node's or the image's: ``make test-e2e``), ``node``
   (the ``host`` group: ``make test-node``) or ``all`` (the default: ``make test``);
@@ -34,11 +36,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
 
 FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
     "control_plane": ("integration",),
@@ -145,6 +149,47 @@ def record_use(name: str) -> None:
 def _audit(event: str, event_args: tuple[Any, ...]) -> None:
     if event == "subprocess.Popen":
         record_use(_executable(event_args))
+
+
+class _GroupsFirstQueue(OrderedDict[str, dict[str, bool]]):
+    """xdist's work queue, with every group's scope kept ahead of the others.
+
+    A group's scope is its name (``host``); any other scope is a test's node id, which has
+    ``::``. The groups keep the order they were added in (xdist adds the largest first).
+    """
+
+    def __init__(self) -> None:
+        """Start empty."""
+        super().__init__()
+        self._groups: list[str] = []
+
+    def __setitem__(self, key: str, value: dict[str, bool]) -> None:
+        """Add (or replace) a scope; a group goes after the groups, before the rest."""
+        super().__setitem__(key, value)
+        if "::" in key:
+            return
+        if key not in self._groups:
+            self._groups.append(key)
+        for group in reversed(self._groups):
+            if group in self:
+                self.move_to_end(group, last=False)
+
+
+class GroupsFirst(LoadGroupScheduling):  # type: ignore[misc]  # xdist is untyped
+    """``--dist loadgroup`` with the groups handed out first (see the module doc)."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        """The loadgroup scheduler of xdist, over a groups-first work queue."""
+        super().__init__(config, log)
+        self.workqueue = _GroupsFirstQueue()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    """``GroupsFirst`` for ``--dist loadgroup``; xdist's own scheduler otherwise."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return GroupsFirst(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,6 +8,13 @@ runc / CNI plugins / iptables are absent (``hack/install-node`` installs them) o
 node binaries are not built (``python3 -m testbed.assets --with node``). A failed test's
 report gets the tail of the node daemons' logs.
 
+The cluster is stopped as soon as the worker's next test does not need it, not at the
+session's end: the tests that need it form xdist groups (``tests/tiers.py``), which a
+worker runs first and together, and an idle node cluster still burns some 5 % of a core
+(its API server, etcd, controller-manager, scheduler and kubelet), for the rest of a
+session whose wall time is the machine's CPU. A test that asks for it after that fails,
+saying so.
+
 Beside it, for every test that runs pods of the operator's image (the node tests, the
 e2e scenarios under ``--runner=pod``): ``image_ref``, the image imported into the node
 once, and ``node_git``, a git server that both this machine and the pods reach; likewise
@@ -37,6 +44,28 @@ from testbed.plugin_mirror import PluginMirror
 from tests.conftest import kubernetes_provider_or_skip
 
 _clusters: list[NodeCluster] = []
+_early_stops: list[EarlyStop] = []
+NEEDS = "node_cluster"
+
+
+class EarlyStop:
+    """Stops the session's node cluster once, whichever comes first: no more use, or the end."""
+
+    def __init__(self, cluster: NodeCluster) -> None:
+        """Stop ``cluster`` when called (once)."""
+        self.cluster = cluster
+        self.stopped = False
+
+    def __call__(self) -> None:
+        """Stop the cluster (the first time) and fail if anything of it is left."""
+        if self.stopped:
+            return
+        self.stopped = True
+        started = time.monotonic()
+        self.cluster.stop()
+        print(f"node cluster stopped in {time.monotonic() - started:.1f}s")  # noqa: T201
+        leftovers = self.cluster.leftovers()
+        assert leftovers == [], f"the node cluster left these behind: {leftovers}"
 
 
 @contextlib.contextmanager
@@ -111,14 +140,38 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
     started = time.monotonic()
     cluster.start()  # stops what it started when it fails
     print(f"node cluster ready in {time.monotonic() - started:.1f}s")  # noqa: T201
+    stop = EarlyStop(cluster)
+    _early_stops.append(stop)
     try:
         yield cluster
     finally:
-        started = time.monotonic()
-        cluster.stop()
-        print(f"node cluster stopped in {time.monotonic() - started:.1f}s")  # noqa: T201
-        leftovers = cluster.leftovers()
-        assert leftovers == [], f"the node cluster left these behind: {leftovers}"
+        stop()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test that needs the node cluster once it was stopped early (module doc)."""
+    if NEEDS in getattr(item, "fixturenames", ()) and any(s.stopped for s in _early_stops):
+        pytest.fail(
+            "the session's node cluster was stopped after its last test on this worker; "
+            "a test needing it ran later, outside its xdist group (tests/tiers.py)"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the worker's last test that needs the node cluster, stop it (module doc).
+
+    Not while the next test is of the same module: a module-scoped fixture of the node's
+    would be torn down after it, on a stopped cluster (the session's end stops it then).
+    """
+    if NEEDS not in getattr(item, "fixturenames", ()):
+        return
+    if nextitem is not None and (
+        NEEDS in getattr(nextitem, "fixturenames", ()) or nextitem.path == item.path
+    ):
+        return
+    for stop in _early_stops:
+        stop()
 
 
 @pytest.fixture(scope="session")
