@@ -6,7 +6,9 @@ so its caches start cold) and parallel; then pods, on a node cluster of its own 
 kubelet runs each operation in a pod); then the shared fleet of idle Stacks only grows:
 latency 1 → 100 → 1,000, then latency under saturation, start-up and idle at 1,000, then
 memory up to 10,000, then the Pulumi operator v1.16 side by side on control planes of their
-own), prints each summary line on stdout as soon as it is known, and progress on stderr. At
+own, then PKO v2 beside our pod runner on a node cluster: skipped, saying why, unless
+``PKO_V2_SOURCE`` names its source tree, ``bench.peer.pko_v2``), prints each summary line
+on stdout as soon as it is known, and progress on stderr. At
 the end it adds a ``bench=seed`` line (how long creating the fleet took) and a
 ``bench=machine`` line (cores, CPU, Python, date, load averages during the run, duration),
 writes all lines to ``--out``, and, after a full run (every benchmark, full scale), rewrites
@@ -44,6 +46,7 @@ from bench import (
 )
 from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
+from bench.peer import pko_v2
 from bench.stats import Summary
 from bench.testbed import REPO, TestBed
 
@@ -59,6 +62,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "idle": idle.run,
     "memory": memory.run,
     "peer": peer.run,
+    "pko-v2": pko_v2.run,
 }
 DEFAULT_OUT = Path("bench") / "results.txt"
 
