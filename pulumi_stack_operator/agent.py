@@ -43,8 +43,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import structlog
-
 from controller.clock import RealClock
 from controller.signals import relay_signals
 from controller.tracing import TraceContext
@@ -71,7 +69,6 @@ from workspace.runner import (
 )
 from workspace.runner.document import JobDocument, ValueRef
 from workspace.runner.envfile import ENV_VARIABLE
-from workspace.runner.handoff import CHECKOUT_ALONGSIDE, Handed, Handoff
 from workspace.runner.job import SOURCE_DIR, trace_of
 from workspace.runner.job import WORKSPACE as POD_WORKSPACE
 from workspace.runner.layout import lay_out, program_in
@@ -83,13 +80,7 @@ WORKSPACE = Path(os.environ.get("PSO_WORKSPACE", POD_WORKSPACE))
 SOURCE = WORKSPACE / SOURCE_DIR
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
-HANDOFF = Handoff(WORKSPACE)  # the checkout's results complete, when it runs beside the run
-ABANDONED = (
-    "the checkout container ended before its checkout did (killed, out of memory?): "
-    "see its log (kubectl logs <run pod> -c checkout) and state"
-)
 CLOCK = RealClock()  # the run pod's one clock
-log = structlog.get_logger(__name__)
 Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 
 
@@ -178,9 +169,7 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     ``CHECKOUT_FAILED``, which the run container then reports instead of running.
     """
     environ = dict(os.environ if environ is None else environ)
-    step = "checkout" if list(args) == ["checkout"] else "run"
-    log.info("Agent started", step=step)  # the container's start, as its log dates it
-    if step == "checkout":
+    if list(args) == ["checkout"]:
         return checkout_only(environ)
     stop = threading.Event()
     relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
@@ -195,42 +184,16 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
 
 
 def checkout_only(environ: Mapping[str, str]) -> int:
-    """The checkout container: check the source out into the workspace; 0 even if that failed.
-
-    Its results are complete once ``HANDOFF`` says so (a run beside it waits for that).
-    """
+    """The init container: check the source out into the workspace; 0 even if that failed."""
     job = AgentJob.from_environment(environ)
     _forget_environment()
-    with HANDOFF.checking_out():
-        started = CLOCK.now()
-        failed = _checkout(job, _now())
-        with contextlib.suppress(OSError):  # a figure for the breakdown, never worth a failure
-            CHECKOUT_SECONDS.write_text(f"{CLOCK.now() - started:.3f}\n")
-        if failed is not None:
-            CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
-    log.info("Checked out", failed=failed is not None, seconds=round(CLOCK.now() - started, 3))
+    started = CLOCK.now()
+    failed = _checkout(job, _now())
+    with contextlib.suppress(OSError):  # a figure for the breakdown, never worth a failure
+        CHECKOUT_SECONDS.write_text(f"{CLOCK.now() - started:.3f}\n")
+    if failed is not None:
+        CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
     return 0
-
-
-def await_checkout(
-    job: AgentJob, environ: Mapping[str, str], stop: threading.Event
-) -> Outcome | None:
-    """None once the checkout's results are there; else the run's outcome.
-
-    Only a run whose checkout runs beside it (``CHECKOUT_ALONGSIDE``) waits: an init
-    container's checkout has ended before the run starts. A checkout that ended without
-    its results is ``RUNNER_FAILED``; a stop while waiting is ``INTERRUPTED``.
-    """
-    if environ.get(CHECKOUT_ALONGSIDE) != "1":
-        return None
-    started = _now()
-    handed = HANDOFF.wait(stop)
-    if handed is Handed.STOPPED:
-        message = "interrupted while the source was checked out; nothing ran"
-        return _failed(job, started, ErrorKind.INTERRUPTED, message)
-    if handed is Handed.ABANDONED:
-        return _failed(job, started, ErrorKind.RUNNER_FAILED, ABANDONED)
-    return None
 
 
 def with_checkout_seconds(outcome: Outcome) -> Outcome:
@@ -254,9 +217,6 @@ def run(
     the outcome is reported.
     """
     started = _now()
-    waited = await_checkout(job, environ, stop)
-    if waited is not None:
-        return waited
     if CHECKOUT_FAILED.exists():
         failed = parse_line(CHECKOUT_FAILED.read_text().strip())
         if isinstance(failed, Outcome):

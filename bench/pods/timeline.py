@@ -2,8 +2,7 @@
 
 A run pod's own object says when it was created (``metadata.creationTimestamp``),
 scheduled (the ``PodScheduled`` condition's ``lastTransitionTime``), and when its checkout
-container (beside the run container, or its init container) and its run container started
-and finished (``state.running.startedAt``,
+init container and its run container started and finished (``state.running.startedAt``,
 ``state.terminated.startedAt`` / ``finishedAt``). The API gives all of them to the second
 (RFC 3339 without a fraction), so a leg between two of them is off by up to a second
 either way. ``pod_times`` reads them; ``split`` makes the legs of one run from them, the
@@ -16,9 +15,8 @@ not), and the mean legs add up to the mean end-to-end time as each run's do.
 A kept run pod's log, read with the kubelet's timestamps (sub-second), pins the agent:
 ``agent_span`` is when its first line and its outcome line were written, and ``around``
 splits the run's PATCH → Ready into ``before_agent`` (the operator, scheduling, the
-sandbox, the containers' starts and the agent's own start-up),
-``agent`` (from its first line, ``Agent started``: a wait for a checkout beside it, then
-its operation: install, CLI and its own work) and ``after_agent`` (its outcome
+sandbox, the checkout container, the run container's start and the agent's own start-up),
+``agent`` (its operation: install, CLI and its own work) and ``after_agent`` (its outcome
 reported → Ready seen: the operator reading the line, releasing the pod, concluding the
 run and writing the status; the container's own end is no longer waited for).
 
@@ -94,19 +92,17 @@ def _started_finished(state: Mapping[str, Any]) -> tuple[Stamp, Stamp]:
 def split(times: PodTimes, inside: Mapping[str, float], e2e: float) -> dict[str, float]:
     """One run's legs: ``SPLIT`` (summing to ``e2e``, also given), ``init`` and ``handoff``.
 
-    ``schedule``: created → scheduled; ``start``: scheduled → the pod's first container
+    ``schedule``: created → scheduled; ``start``: scheduled → the checkout container
     running (sandbox, image, volumes); ``checkout``, ``install``, ``cli``: the agent's
     ``inside`` seconds (0 for a phase it did not report); ``other``: the rest of ``e2e``.
     ``init`` is the checkout container's life, ``handoff`` its end → the run container
-    running (negative: the run container started first, beside the checkout). Raises
-    ``ValueError`` naming a timestamp the pod did not give.
+    running. Raises ``ValueError`` naming a timestamp the pod did not give.
     """
     created, scheduled = _need(times, "created"), _need(times, "scheduled")
     init_started, init_finished = _need(times, "init_started"), _need(times, "init_finished")
-    first = min(init_started, _need(times, "main_started"))
     legs = {
         "schedule": _seconds(created, scheduled),
-        "start": _seconds(scheduled, first),
+        "start": _seconds(scheduled, init_started),
         **{leg: float(inside.get(f"in_runner_{leg}_s", 0.0)) for leg in AGENT},
     }
     legs["other"] = e2e - sum(legs.values())
@@ -237,17 +233,12 @@ def of_run(seen: Seen, namespace: str, stack: str, generation: int) -> bool:
 
 
 def container_running(namespace: str, stack: str, generation: int) -> Predicate:
-    """Matches the run pod of ``stack``'s ``generation`` once both its containers started.
-
-    The run container and the checkout: beside it, or its init container (then ended).
-    """
+    """Matches the run pod of ``stack``'s ``generation`` showing its run container started."""
 
     def check(seen: Seen) -> bool:
-        checkout = podstate.container_state(seen.obj, init=True)
         return (
             of_run(seen, namespace, stack, generation)
             and podstate.container_started_at(seen.obj) is not None
-            and bool(checkout.get("running") or checkout.get("terminated"))
         )
 
     return check

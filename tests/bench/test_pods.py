@@ -66,24 +66,6 @@ def test_a_run_pods_object_splits_into_legs_that_add_up_to_the_run() -> None:
     assert (legs["init"], legs["handoff"]) == (2.0, 1.0)
 
 
-def test_a_checkout_beside_the_run_starts_the_pod_at_the_first_container() -> None:
-    """Run container from :02, checkout beside it :03 → :04: start 1 s, handoff -2 s."""
-    at = "2026-01-01T10:00:0{}Z".format
-    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(1)}
-    status = {
-        "conditions": [scheduled],
-        "containerStatuses": [
-            {"name": "pulumi", "state": {"running": {"startedAt": at(2)}}},
-            {
-                "name": "checkout",
-                "state": {"terminated": {"startedAt": at(3), "finishedAt": at(4)}},
-            },
-        ],
-    }
-    legs = split(pod_times(run_pod(status=status)), {}, e2e=5.0)
-    assert (legs["schedule"], legs["start"], legs["init"], legs["handoff"]) == (1.0, 1.0, 1.0, -2.0)
-
-
 def test_legs_are_averaged_so_whole_seconds_even_out_and_still_add_up() -> None:
     """A 0.5 s leg read as 0 s and 1 s averages to 0.5 s; the means sum to the mean run."""
     runs = [
@@ -179,46 +161,14 @@ def test_placement_counts_each_pod_bound_in_the_window_once_per_node() -> None:
 
 
 def test_the_run_container_started_matches_only_that_runs_pod() -> None:
-    """Both containers started; the same Stack's pod of another generation does not match.
-
-    Nor does one whose checkout (an init container, or beside the run) has not started.
-    """
+    """The same Stack's pod of another generation, or one still checking out, does not."""
     started = Seen(1.0, "MODIFIED", finished_pod())
     checking_out = Seen(1.0, "MODIFIED", run_pod())
     older = Seen(1.0, "MODIFIED", {**finished_pod(), "metadata": run_pod(generation=2)["metadata"]})
 
-    at = "2026-01-01T10:00:0{}Z".format
-    run_only = {"name": "pulumi", "state": {"running": {"startedAt": at(2)}}}
-    beside_waiting = Seen(
-        1.0,
-        "MODIFIED",
-        run_pod(
-            status={
-                "containerStatuses": [
-                    run_only,
-                    {"name": "checkout", "state": {"waiting": {"reason": "ContainerCreating"}}},
-                ]
-            }
-        ),
-    )
-    beside_started = Seen(
-        1.0,
-        "MODIFIED",
-        run_pod(
-            status={
-                "containerStatuses": [
-                    run_only,
-                    {"name": "checkout", "state": {"running": {"startedAt": at(3)}}},
-                ]
-            }
-        ),
-    )
-
     match = container_running("ns", "app", 3)
 
     assert match(started)
-    assert match(beside_started)
-    assert not match(beside_waiting)  # the checkout beside it has not started
     assert not match(checking_out)
     assert not match(older)
     assert not container_running("other", "app", 3)(started)

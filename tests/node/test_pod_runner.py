@@ -65,8 +65,7 @@ def running(stacks: Stacks, name: str) -> dict[str, Any] | None:
     """The run pod once its container runs, else None."""
     pod = run_pod(stacks, name)
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-    runs = [s for s in statuses if s.get("name") == "pulumi"]
-    return pod if any("running" in (s.get("state") or {}) for s in runs) else None
+    return pod if any("running" in (s.get("state") or {}) for s in statuses) else None
 
 
 def reasons(stacks: Stacks, name: str) -> list[str | None]:
@@ -100,9 +99,7 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     pod_tenant.create(body)
     pod = wait_for(lambda: running(pod_tenant, POD_WEB), "the run pod to run", timeout=240)
     spec = pod["spec"]
-    checkout, container = spec["containers"]  # the checkout beside the run, started first
-    assert (container["name"], checkout["name"]) == ("pulumi", "checkout")
-    assert checkout["securityContext"] == container["securityContext"]
+    [container] = spec["containers"]
     assert spec["serviceAccountName"] == "deployer"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -110,8 +107,6 @@ def test_a_stack_runs_in_a_pod_of_its_own_as_its_service_account(
     assert container["image"] == deployment_image(node_cluster)
     refs = [e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e]
     assert {"name": "app", "key": "token"} in refs
-    checkout_refs = [e["valueFrom"] for e in checkout["env"] if "valueFrom" in e]
-    assert {"secretKeyRef": {"name": "app", "key": "token"}} not in checkout_refs
     for value in sentinels.values():
         assert value not in json.dumps(pod), "a secret value is in the run pod's spec"
 

@@ -100,7 +100,7 @@ def test_a_limit_range_gives_run_pods_its_defaults_and_refuses_past_its_max(
     program = Program(node_git, tmp_path)
     pod_tenant.create(fault_stack(pod_tenant, "defaulted", program, delay="3"))
     pod = wait_for(lambda: running(pod_tenant, "defaulted"), "the run pod to run", 240)
-    [resources] = [c["resources"] for c in pod["spec"]["containers"] if c["name"] == "pulumi"]
+    resources = pod["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"memory": "1Gi", "cpu": "2"}, resources
     assert resources["requests"] == {"memory": "256Mi", "cpu": "100m"}, resources
     pod_tenant.wait_ready("defaulted", timeout=240)

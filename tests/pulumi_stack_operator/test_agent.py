@@ -37,7 +37,6 @@ from workspace.runner.document import (
     ProgramSource,
     ValueRef,
 )
-from workspace.runner.handoff import Handoff
 from workspace.runner.lease import RENEW_SECONDS
 from workspace.runner.locks import LEASE_MARGIN, LEASE_SECONDS, StackLocks
 from workspace.runner.scrub import Scrubber
@@ -215,34 +214,6 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
     seconds = agent.with_checkout_seconds(ran).seconds
     assert set(seconds) == {"checkout"}
     assert 0 <= seconds["checkout"] < 60  # the monkeypatched checkout returns at once
-
-
-def test_a_run_beside_its_checkout_waits_and_says_when_the_checkout_was_lost(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Told the checkout runs beside it: finished goes on, lost fails, stopped interrupts.
-
-    Without the variable (the checkout was an init container) nothing is waited for.
-    """
-    handoff = Handoff(tmp_path)
-    monkeypatch.setattr(agent, "HANDOFF", handoff)
-    job = AgentJob.from_environment(environment())
-    beside = environment(PSO_CHECKOUT_ALONGSIDE="1")
-    stopped = threading.Event()
-    stopped.set()
-    assert agent.await_checkout(job, environment(), threading.Event()) is None
-    interrupted = agent.await_checkout(job, beside, stopped)  # not started: the stop ends it
-    assert interrupted is not None
-    assert interrupted.error is ErrorKind.INTERRUPTED
-    with pytest.raises(MemoryError), handoff.checking_out():
-        raise MemoryError
-    lost = agent.await_checkout(job, beside, threading.Event())
-    assert lost is not None
-    assert lost.error is ErrorKind.RUNNER_FAILED
-    assert "kubectl logs <run pod> -c checkout" in lost.message
-    with handoff.checking_out():
-        pass
-    assert agent.await_checkout(job, beside, threading.Event()) is None
 
 
 NOT_THE_AGENTS = ("kubernetes", "urllib3", "prometheus_client", "controller.manager")

@@ -12,10 +12,7 @@ first on ``PATH`` (the agent finds the operator's ``pulumi`` there), ``HOME`` an
 ``PSO_OPERATION``, ``PSO_ENV_SOURCES``, ``PULUMI_ENV`` (a file nobody writes: a Stack with
 init containers is refused before a run), and the workspaceTemplate's ``envFrom`` and
 ``env`` (``env`` wins). Only the checkout step gets the git credentials (``RunJob.git_env``);
-only the run step the other Secret values (``RunJob.secret_env``), the cache settings and
-``PSO_CHECKOUT_ALONGSIDE``: as in a run pod without init containers of the Stack's own, the
-run waits on the checkout's hand-off (``workspace.runner.handoff``), which here has
-already happened (the runner starts the run step once the checkout step has exited).
+only the run step the other Secret values (``RunJob.secret_env``) and the cache settings.
 
 Of ``workspaceTemplate``, what a process on this machine can honour is honoured: ``env``
 with a literal value, a ``secretKeyRef`` or a ``configMapKeyRef`` (``optional`` ones may be
@@ -44,7 +41,6 @@ from urllib3.exceptions import HTTPError
 from controller.coreapi import Timeout
 from workspace.runner.cli import INHERITED_ENV
 from workspace.runner.envfile import ENV_VARIABLE
-from workspace.runner.handoff import CHECKOUT_ALONGSIDE
 from workspace.runner.job import ENV_SOURCES, EnvSources, RunJob, SecretEnv, trace_env
 
 API_TIMEOUT = 10.0  # seconds one read of a Secret or ConfigMap may take
@@ -206,8 +202,7 @@ def step_envs(  # noqa: PLR0913 - one run's facts, all keyword-only
     if caching.mirror:
         cache["PSO_PLUGIN_MIRROR"] = caching.mirror
     checkout = {**common, **secret_env(job.git_env, values), **tail}
-    alongside = {CHECKOUT_ALONGSIDE: "1"}
-    run = {**common, **cache, **alongside, **secret_env(job.secret_env, values), **tail}
+    run = {**common, **cache, **secret_env(job.secret_env, values), **tail}
     return StepEnvs(checkout, run, frozenset(values.secrets))
 
 

@@ -5,10 +5,9 @@ spans of time its timestamps bound (each only when both its ends are known):
 
 - ``pod.scheduling``: created (``metadata.creationTimestamp``) to scheduled (the
   ``PodScheduled`` condition's transition);
-- ``pod.checkout``: the ``checkout`` container's start to its end;
-- ``pod.start``: the checkout's end when it came before the run container's start (an init
-  container), else scheduled, to the run container's start (the image, the container's
-  creation);
+- ``pod.checkout``: the ``checkout`` init container's start to its end;
+- ``pod.start``: the checkout's end (else scheduled) to the run container's start (the
+  image, the container's creation);
 - ``pod.agent``: the run container's start to ``ended`` (its outcome read).
 
 The API server and the kubelet write these to the second: a leg is as exact as that.
@@ -45,7 +44,7 @@ def legs(pod: Pod, ended: datetime) -> list[Leg]:
     marks = [
         ("pod.scheduling", created, scheduled),
         ("pod.checkout", checkout_start, checkout_end),
-        ("pod.start", _before(checkout_end, running) or scheduled, running),
+        ("pod.start", checkout_end or scheduled, running),
         ("pod.agent", running, ended),
     ]
     return [
@@ -53,10 +52,3 @@ def legs(pod: Pod, ended: datetime) -> list[Leg]:
         for name, start, end in marks
         if start is not None and end is not None and end >= start
     ]
-
-
-def _before(moment: datetime | None, limit: datetime | None) -> datetime | None:
-    """``moment`` if it is known and not after ``limit`` (when known), else None."""
-    if moment is None or (limit is not None and moment > limit):
-        return None
-    return moment

@@ -17,16 +17,8 @@ Guarantees of ``run_pod``:
 * Secret values never appear: a Secret-backed value is a ``secretKeyRef`` variable, and
   ``PSO_ENV_SOURCES`` tells the agent which template variables came from Secrets (the
   values it masks in messages; ``job.EnvSources``). The
-  git credentials are variables of the ``checkout`` container only, which checks the
+  git credentials are variables of the ``checkout`` init container only, which checks the
   source out into ``/workspace``; the program's container never has them.
-* The checkout runs beside the run container (``checkout_alongside``: both started at
-  once, the checkout first, the run's agent starting up meanwhile and then waiting on
-  the checkout's hand-off, ``workspace.runner.handoff``)
-  unless the Stack has init containers of its own, which must see the checked-out source,
-  or sets resource limits, which a second regular container would count twice against a
-  namespace's quota; then it is the pod's first init container. Beside, it requests only
-  ``CHECKOUT_REQUESTS`` of what the run container requests (a checkout is short; its
-  requests add to the pod's). The run container is ``kubectl``'s default container.
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
@@ -53,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
-from workspace.runner.handoff import CHECKOUT_ALONGSIDE
 from workspace.runner.job import (
     ENV_SOURCES,
     WORKSPACE,
@@ -64,7 +55,7 @@ from workspace.runner.job import (
 )
 
 CONTAINER = "pulumi"
-CHECKOUT = "checkout"  # the container that checks the source out into /workspace
+CHECKOUT = "checkout"  # the init container: the source checked out into /workspace
 UID = 65532
 GRACE_MARGIN = 5  # seconds a pod's grace exceeds the CLI's interrupt grace (the agent's exit)
 MANAGED_BY = "pulumi-stack-operator"
@@ -79,7 +70,6 @@ ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
 # Set (to the time) on a finished run pod kept for ``Retain`` once its outcome was taken:
 # such a pod is never followed again, only deleted by the Stack's next run.
 ANNOTATION_CONCLUDED = "pulumi-stack-operator.dev/concluded"
-ANNOTATION_DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
 RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CACHE_VOLUME = "pulumi-cache"
@@ -89,8 +79,6 @@ DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "256Mi"}
 """A run's resource requests unless the Stack sets its own: a tenth of a core (a run is
 short and mostly waits; the CPU it takes beyond is lent while free) and the memory one
 holds at its peak (the CLI, the language host and a small program: some 250 MiB)."""
-CHECKOUT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "10m", "memory": "64Mi"}
-"""The checkout container's requests when it runs beside the run (a git fetch, an unpack)."""
 _NAME_LIMIT = 63  # a pod's hostname is its name cut to 63 characters: keep them equal
 
 
@@ -166,7 +154,7 @@ def _resources(given: Mapping[str, Any] | None, defaults: Mapping[str, str]) -> 
 
 def _add_caching(spec: dict[str, Any], caching: RunCaching, *, cached: bool) -> None:
     """Mount the cache claim into the run container and tell the agent about it."""
-    [container] = [c for c in spec["containers"] if c["name"] == CONTAINER]
+    container = spec["containers"][0]
     env = [{"name": "PSO_CACHE_LIMIT", "value": str(caching.limit)}]
     if caching.mirror:
         env.append({"name": "PSO_PLUGIN_MIRROR", "value": caching.mirror})
@@ -191,7 +179,6 @@ def _metadata(job: RunJob, operation: str, template: dict[str, Any]) -> dict[str
         ANNOTATION_GENERATION: str(job.generation),
         ANNOTATION_COMMIT: job.commit,
         ANNOTATION_OPERATION: operation,
-        ANNOTATION_DEFAULT_CONTAINER: CONTAINER,
     }
     owner = {
         "apiVersion": job.owner.api_version,
@@ -214,15 +201,6 @@ def _pod_spec(
     job: RunJob, operation: str, template: dict[str, Any], image: str, grace: float
 ) -> dict[str, Any]:
     restricted = job.security_profile != "baseline"
-    checkout = _checkout(job, operation, template, image, restricted=restricted)
-    run = _container(job, operation, template, image, restricted=restricted)
-    tenants = _tenant_init_containers(template, restricted=restricted)
-    if checkout_alongside(template):
-        _request_for_checkout(checkout, run)
-        run["env"] = [{"name": CHECKOUT_ALONGSIDE, "value": "1"}, *run["env"]]
-        containers, inits = [checkout, run], tenants  # the kubelet starts them in order
-    else:
-        containers, inits = [run], [checkout, *tenants]
     spec: dict[str, Any] = {
         "serviceAccountName": job.service_account,
         "restartPolicy": "Never",
@@ -232,8 +210,11 @@ def _pod_spec(
         # operator is gone and a pod that ignores SIGTERM.
         "activeDeadlineSeconds": int(job.timeout + grace) + 60,
         "securityContext": _pod_security(restricted=restricted),
-        **({"initContainers": inits} if inits else {}),
-        "containers": containers,
+        "initContainers": [
+            _checkout(job, operation, template, image, restricted=restricted),
+            *_tenant_init_containers(template, restricted=restricted),
+        ],
+        "containers": [_container(job, operation, template, image, restricted=restricted)],
         "volumes": [
             {"name": "workspace", "emptyDir": {}},
             {"name": "tmp", "emptyDir": {}},
@@ -245,21 +226,6 @@ def _pod_spec(
         if key in template:
             spec[key] = template[key]
     return spec
-
-
-def checkout_alongside(template: Mapping[str, Any]) -> bool:
-    """Whether the checkout of a pod of ``template`` runs beside the run (module doc)."""
-    limited = bool((template.get("resources") or {}).get("limits"))
-    return not template.get("initContainers") and not limited
-
-
-def _request_for_checkout(checkout: dict[str, Any], run: Mapping[str, Any]) -> None:
-    """Give a checkout beside ``run`` ``CHECKOUT_REQUESTS`` of what ``run`` requests."""
-    requested = (run.get("resources") or {}).get("requests") or {}
-    mine = {k: v for k, v in CHECKOUT_REQUESTS.items() if k in requested}
-    checkout.pop("resources", None)
-    if mine:
-        checkout["resources"] = {"requests": mine}
 
 
 def _pod_security(*, restricted: bool) -> dict[str, Any]:
@@ -303,7 +269,7 @@ def _container(
 def _checkout(
     job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
 ) -> dict[str, Any]:
-    """The container that checks the source out: the only one with the git credentials."""
+    """The init container that checks the source out: the only one with the git credentials."""
     container = _container(job, operation, template, image, restricted=restricted)
     container["name"] = CHECKOUT
     container["command"] = [*AGENT_COMMAND, "checkout"]

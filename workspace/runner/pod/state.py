@@ -126,18 +126,16 @@ def finished(pod: Pod) -> bool:
 
 
 def container_state(pod: Pod, *, init: bool = False) -> Mapping[str, Any]:
-    """The state of the run container (``init``: of the checkout container).
-
-    The checkout is an init container or a container beside the run
-    (``podspec.checkout_alongside``): its state is looked for among both.
-    """
-    container = podspec.CHECKOUT if init else podspec.CONTAINER
-    fields = ("initContainerStatuses", "containerStatuses") if init else ("containerStatuses",)
-    for field in fields:
-        for entry in status(pod).get(field) or ():
-            if entry.get("name") == container:
-                state: Mapping[str, Any] = entry.get("state") or {}
-                return state
+    """The state of the run container (``init``: of the checkout init container)."""
+    field, container = (
+        ("initContainerStatuses", podspec.CHECKOUT)
+        if init
+        else ("containerStatuses", podspec.CONTAINER)
+    )
+    for entry in status(pod).get(field) or ():
+        if entry.get("name") == container:
+            state: Mapping[str, Any] = entry.get("state") or {}
+            return state
     return {}
 
 

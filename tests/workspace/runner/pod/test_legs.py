@@ -50,23 +50,3 @@ def test_a_pod_that_never_ran_has_only_what_its_timestamps_bound() -> None:
     )
     assert [leg.name for leg in legs(waiting, T0 + timedelta(seconds=9))] == ["pod.scheduling"]
     assert legs(pod(), T0) == []
-
-
-def test_a_checkout_beside_the_run_overlaps_it_and_the_start_runs_from_scheduled() -> None:
-    """Checkout 2-4 s beside a run container started at 2 s: start is scheduled → 2 s."""
-    ran = pod(
-        conditions=[{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(1)}],
-        containerStatuses=[
-            {"name": "pulumi", "state": {"running": {"startedAt": at(2)}}},
-            {
-                "name": "checkout",
-                "state": {"terminated": {"startedAt": at(2), "finishedAt": at(4)}},
-            },
-        ],
-    )
-    assert legs(ran, T0 + timedelta(seconds=9)) == [
-        Leg("pod.scheduling", T0, T0 + timedelta(seconds=1)),
-        Leg("pod.checkout", T0 + timedelta(seconds=2), T0 + timedelta(seconds=4)),
-        Leg("pod.start", T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)),
-        Leg("pod.agent", T0 + timedelta(seconds=2), T0 + timedelta(seconds=9)),
-    ]

@@ -12,7 +12,6 @@ from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.job import Owner, trace_env, trace_of
 from workspace.runner.pod.spec import (
     AGENT_COMMAND,
-    CHECKOUT_REQUESTS,
     DEFAULT_REQUESTS,
     RunCaching,
     pod_name,
@@ -40,21 +39,6 @@ def manifest(**fields: Any) -> dict[str, Any]:
     return run_pod(job(**fields), "up", image="operator:1", grace=60)
 
 
-def named(pod: dict[str, Any], name: str) -> dict[str, Any]:
-    """The pod's container (or init container) ``name``."""
-    spec = pod["spec"]
-    found: list[dict[str, Any]] = [
-        c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name
-    ]
-    [container] = found
-    return container
-
-
-def run_container(pod: dict[str, Any]) -> dict[str, Any]:
-    """The run container (the program's)."""
-    return named(pod, "pulumi")
-
-
 def test_the_name_is_the_stacks_and_fits_a_hostname() -> None:
     """Deterministic per Stack; at most 63 characters; distinct for distinct long names."""
     assert pod_name("web") == "web-pulumi"
@@ -76,13 +60,9 @@ def test_the_pod_runs_the_agent_as_the_stacks_service_account() -> None:
     assert metadata["ownerReferences"][0]["uid"] == "uid-1"
     assert metadata["annotations"]["pulumi-stack-operator.dev/generation"] == "3"
     assert metadata["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
-    checkout, container = spec["containers"]  # the checkout first: the kubelet starts it first
-    assert container["name"] == "pulumi"
-    assert metadata["annotations"]["kubectl.kubernetes.io/default-container"] == "pulumi"
+    [container] = spec["containers"]
     assert container["command"] == list(AGENT_COMMAND)
     assert container["image"] == "operator:1"
-    assert checkout["command"] == [*AGENT_COMMAND, "checkout"]
-    assert "initContainers" not in spec
 
 
 def test_restricted_by_default_baseline_on_request() -> None:
@@ -91,8 +71,7 @@ def test_restricted_by_default_baseline_on_request() -> None:
     Baseline: root and a writable root filesystem, and still no capabilities.
     """
     pod = manifest()
-    container = run_container(pod)
-    assert named(pod, "checkout")["securityContext"] == container["securityContext"]
+    [container] = pod["spec"]["containers"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"] == {
@@ -106,7 +85,7 @@ def test_restricted_by_default_baseline_on_request() -> None:
     baseline = manifest(security_profile="baseline")
     assert "runAsNonRoot" not in baseline["spec"]["securityContext"]
     assert baseline["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert run_container(baseline)["securityContext"] == {
+    assert baseline["spec"]["containers"][0]["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
@@ -114,7 +93,7 @@ def test_restricted_by_default_baseline_on_request() -> None:
 
 def test_secret_values_come_by_reference() -> None:
     """Each Secret key is a secretKeyRef variable; the job's document is a plain value."""
-    container = run_container(manifest())
+    [container] = manifest()["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
     assert env["PSO_SECRET_0"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "token"}}
     assert env["PSO_JOB"]["value"] == json.dumps({"stack": "dev"})
@@ -129,7 +108,7 @@ def test_secret_values_come_by_reference() -> None:
             {"resources": {"limits": {"memory": "1Gi"}}},
             lambda p: {"limits": p["spec"]["containers"][0]["resources"]["limits"]},
         ),
-        ({"env": [{"name": "A", "value": "1"}]}, lambda p: run_container(p)["env"][-1:]),
+        ({"env": [{"name": "A", "value": "1"}]}, lambda p: p["spec"]["containers"][0]["env"][-1:]),
         ({"labels": {"team": "a"}}, lambda p: {"team": p["metadata"]["labels"]["team"]}),
     ],
 )
@@ -141,57 +120,44 @@ def test_the_workspace_template_is_applied(overrides: dict[str, Any], check: Any
 
 def requests_of(pod: dict[str, Any]) -> list[dict[str, str] | None]:
     """The resource requests of the checkout and run containers, in that order."""
-    containers = [named(pod, "checkout"), run_container(pod)]
+    containers = [pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]]
     return [c.get("resources", {}).get("requests") for c in containers]
 
 
 def test_a_run_requests_the_defaults_for_what_its_stack_leaves_unset() -> None:
-    """No resources: the run requests the defaults, the checkout beside it a little.
-
-    The pod is Burstable, unlimited.
-    """
+    """No resources: both containers request the defaults; the pod is Burstable, unlimited."""
     pod = manifest()
-    assert requests_of(pod) == [dict(CHECKOUT_REQUESTS), dict(DEFAULT_REQUESTS)]
-    assert "limits" not in run_container(pod)["resources"]
+    assert requests_of(pod) == [dict(DEFAULT_REQUESTS)] * 2
+    assert "limits" not in pod["spec"]["containers"][0]["resources"]
 
 
 @pytest.mark.parametrize(
-    ("resources", "requested", "checkout"),
+    ("resources", "requested"),
     [
-        ({"requests": {"cpu": "2"}}, {"cpu": "2", "memory": "256Mi"}, dict(CHECKOUT_REQUESTS)),
-        # A limit alone: Kubernetes requests as much, so no default may exceed it. Limits
-        # put the checkout in an init container, whose requests are not added to the pod's.
-        ({"limits": {"memory": "128Mi"}}, {"cpu": "100m"}, {"cpu": "100m"}),
+        ({"requests": {"cpu": "2"}}, {"cpu": "2", "memory": "256Mi"}),
+        # A limit alone: Kubernetes requests as much, so no default may exceed it.
+        ({"limits": {"memory": "128Mi"}}, {"cpu": "100m"}),
+        ({"requests": {"cpu": "1", "memory": "1Gi"}}, {"cpu": "1", "memory": "1Gi"}),
         (
-            {"requests": {"cpu": "1", "memory": "1Gi"}},
-            {"cpu": "1", "memory": "1Gi"},
-            dict(CHECKOUT_REQUESTS),
+            {"limits": {"cpu": "1", "memory": "1Gi"}},
+            None,
         ),
-        ({"limits": {"cpu": "1", "memory": "1Gi"}}, None, None),
     ],
     ids=["cpu-requested", "memory-limited", "both-requested", "both-limited"],
 )
 def test_a_stacks_own_requests_and_limits_win_key_by_key(
-    resources: dict[str, Any], requested: dict[str, str] | None, checkout: dict[str, str] | None
+    resources: dict[str, Any], requested: dict[str, str] | None
 ) -> None:
     """Each resource the template requests or limits is its own; the rest get the defaults."""
     pod = manifest(overrides=json.dumps({"resources": resources}))
-    assert requests_of(pod) == [checkout, requested]
-    assert run_container(pod)["resources"].get("limits") == resources.get("limits")
-    limited = "limits" in resources
-    assert [c["name"] for c in pod["spec"].get("initContainers", [])] == ["checkout"] * limited
-
-
-def test_the_checkout_beside_the_run_requests_only_what_the_run_requests() -> None:
-    """The operator's defaults choose the checkout's resources too: none, none for it."""
-    mine = run_pod(job(), "up", image="operator:1", grace=60, requests={"memory": "1Gi"})
-    assert requests_of(mine) == [{"memory": CHECKOUT_REQUESTS["memory"]}, {"memory": "1Gi"}]
+    assert requests_of(pod) == [requested] * 2
+    assert pod["spec"]["containers"][0]["resources"].get("limits") == resources.get("limits")
 
 
 def test_the_operator_may_set_other_defaults_or_none() -> None:
     """``requests``: the operator's own defaults; empty: no resources at all (LimitRange's)."""
     mine = run_pod(job(), "up", image="operator:1", grace=60, requests={"memory": "1Gi"})
-    assert requests_of(mine)[1] == {"memory": "1Gi"}
+    assert requests_of(mine) == [{"memory": "1Gi"}] * 2
     none = run_pod(job(), "up", image="operator:1", grace=60, requests={})
     assert all("resources" not in c for c in none["spec"]["containers"])
 
@@ -203,27 +169,15 @@ def test_the_template_cannot_take_over_the_runners_labels_or_image() -> None:
         image="mine:2",
     )
     assert pod["metadata"]["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
-    assert run_container(pod)["image"] == "mine:2"
+    assert pod["spec"]["containers"][0]["image"] == "mine:2"
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [{}, {"resources": {"limits": {"memory": "1Gi"}}}],
-    ids=["beside", "init-container"],
-)
-def test_only_the_checkout_container_has_the_git_credentials(overrides: dict[str, Any]) -> None:
-    """The checkout checks out with PSO_GIT_*; the program's container never has them.
-
-    Beside the run or as an init container; only a run beside it waits for it.
-    """
-    pod = manifest(
-        git_env=(SecretEnv("PSO_GIT_0", "git", "token"),), overrides=json.dumps(overrides)
-    )
-    checkout, container = named(pod, "checkout"), run_container(pod)
+def test_only_the_checkout_container_has_the_git_credentials() -> None:
+    """The init container checks out with PSO_GIT_*; the program's container never has them."""
+    pod = manifest(git_env=(SecretEnv("PSO_GIT_0", "git", "token"),))
+    [checkout] = pod["spec"]["initContainers"]
+    [container] = pod["spec"]["containers"]
     assert checkout["command"] == [*AGENT_COMMAND, "checkout"]
-    waits = {"name": "PSO_CHECKOUT_ALONGSIDE", "value": "1"} in container["env"]
-    assert waits is (checkout in pod["spec"]["containers"])
-    assert not any(e["name"] == "PSO_CHECKOUT_ALONGSIDE" for e in checkout["env"])
     assert checkout["securityContext"] == container["securityContext"]
     names = {e["name"] for e in checkout["env"]}
     assert "PSO_GIT_0" in names
@@ -239,22 +193,21 @@ def test_the_namespaces_cache_claim_is_mounted_into_the_run_container_only() -> 
     assert {"name": "pulumi-cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}} in (
         spec["volumes"]
     )
-    container = run_container(pod)
+    [container] = spec["containers"]
     assert {"name": "pulumi-cache", "mountPath": "/pulumi-cache"} in container["volumeMounts"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["PSO_CACHE_DIR"] == "/pulumi-cache"
     assert env["PSO_CACHE_LIMIT"] == str(5 * 1024**3)
     assert env["PSO_PLUGIN_MIRROR"] == "http://mirror.example"
-    checkout = named(pod, "checkout")
+    [checkout] = spec["initContainers"]
     assert all(m["name"] != "pulumi-cache" for m in checkout["volumeMounts"])
-    assert not any(e["name"].startswith("PSO_CACHE") for e in checkout["env"])
 
 
 def test_without_the_claim_the_pod_caches_in_its_own_workspace() -> None:
     """No claim in the namespace (or none configured): no volume, no PSO_CACHE_DIR."""
     for caching, cached in ((RunCaching(), False), (RunCaching(claim=""), True)):
         pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=cached)
-        container = run_container(pod)
+        [container] = pod["spec"]["containers"]
         names = {e["name"] for e in container["env"]}
         assert "PSO_CACHE_DIR" not in names
         assert "PSO_PLUGIN_MIRROR" not in names
@@ -278,7 +231,7 @@ def test_the_agent_is_told_which_template_variables_come_from_secrets() -> None:
     }
     pod = manifest(overrides=json.dumps(template))
 
-    container = run_container(pod)
+    [container] = pod["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     sources = EnvSources.decode(env[ENV_SOURCES])
     assert sources == EnvSources(
@@ -324,8 +277,7 @@ def test_the_stacks_init_containers_run_after_the_checkout_hardened_with_pulumi_
     pod = manifest(overrides=json.dumps({"initContainers": [extra, second]}))
     spec = pod["spec"]
     checkout, mine, other = spec["initContainers"]
-    assert checkout["name"] == "checkout"  # first: the Stack's init containers see the source
-    assert [c["name"] for c in spec["containers"]] == ["pulumi"]
+    assert checkout["name"] == "checkout"
     assert (mine["image"], mine["command"]) == (extra["image"], extra["command"])
     for container in (mine, other, spec["containers"][0]):
         assert {"name": "PULUMI_ENV", "value": "/share/.env"} in container["env"]
@@ -347,9 +299,9 @@ def test_a_stacks_own_share_volume_is_the_one_used() -> None:
 def test_a_traced_run_hands_its_context_to_the_agent() -> None:
     """The job's trace context: two plain variables of the run container, and none without."""
     trace = TraceContext("00-" + "a" * 32 + "-" + "b" * 16 + "-01", "grpc://collector:4317")
-    container = run_container(manifest(trace=trace))
+    [container] = manifest(trace=trace)["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert trace_of(env) == trace
-    untraced = run_container(manifest())
+    [untraced] = manifest()["spec"]["containers"]
     assert trace_of({e["name"]: e.get("value") for e in untraced["env"]}) is None
     assert trace_env(None) == {}

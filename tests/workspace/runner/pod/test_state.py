@@ -89,22 +89,6 @@ def test_an_image_that_cannot_be_pulled_names_the_setting() -> None:
     assert "spec.workspaceTemplate.spec.image" in message
 
 
-def test_a_checkout_beside_the_run_that_cannot_start_is_named() -> None:
-    """The checkout among the containers (beside the run): its git Secret missing."""
-    waiting = {"reason": "CreateContainerConfigError", "message": 'secret "git" not found'}
-    status = {
-        "phase": "Pending",
-        "containerStatuses": [
-            {"name": "pulumi", "state": {"running": {"startedAt": "2026-12-06T12:00:00Z"}}},
-            {"name": "checkout", "state": {"waiting": waiting}},
-        ],
-    }
-    assert podstate.cannot_start(pod(status)) == (
-        "CreateContainerConfigError",
-        'the checkout container: secret "git" not found',
-    )
-
-
 def test_a_missing_secret_has_no_image_hint() -> None:
     """CreateContainerConfigError is the kubelet's word alone."""
     waiting = {"reason": "CreateContainerConfigError", "message": 'secret "app" not found'}
