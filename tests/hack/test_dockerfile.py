@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -274,6 +275,13 @@ def test_every_shipped_package_is_copied_into_the_image() -> None:
     assert {m.split(".")[0] for m in modules} <= copied
 
 
+def aio_removal() -> str:
+    """The builder stage's script that removes ``kubernetes.aio`` (quoted in a RUN line)."""
+    found = re.search(r"/opt/venv/bin/python -c '(import kubernetes[^']*)'", DOCKERFILE.read_text())
+    assert found, "the builder stage no longer removes kubernetes.aio"
+    return found.group(1)
+
+
 def project_dependencies() -> list[str]:
     """pyproject.toml's dependencies: what the builder stage installs before the wheel."""
     return list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
@@ -282,6 +290,9 @@ def project_dependencies() -> list[str]:
 @pytest.mark.e2e
 def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     """The Dockerfile's venv (with its pip) runs the entry point, imports it all, lists pip.
+
+    Without ``kubernetes.aio``, which the builder stage removes: every shipped module still
+    imports.
 
     As in the builder stage: a venv with pip, pyproject.toml's dependencies installed into
     it, then the wheel (``pip wheel --no-deps``, its build backend from the package index)
@@ -304,6 +315,7 @@ def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     # --no-compile: the image byte-compiles (pip's default); that is not what this checks.
     offline = ("--no-compile", "--no-index", "--find-links", tmp_path / "wheelhouse")
     run(*pip, "install", *offline, "--requirement", tmp_path / "requirements.txt", cwd=tmp_path)
+    run(python, "-c", aio_removal(), cwd=tmp_path)
     run(*pip, "install", "--no-compile", "--no-deps", wheel, cwd=tmp_path)
     run(*pip, "check", cwd=tmp_path)
 
@@ -313,6 +325,8 @@ def test_builder_steps_give_a_working_install(tmp_path: Path) -> None:
     modules = ", ".join(shipped_modules())
     where = run(python, "-c", f"import {modules}; print(controller.__file__)", cwd=tmp_path)
     assert where.startswith(str(venv)), where
+    spec = "import importlib.util as u; print(u.find_spec('kubernetes.aio'))"
+    assert run(python, "-c", spec, cwd=tmp_path).strip() == "None"
     listed = json.loads(run(python, "-m", "pip", "list", "-v", "--format", "json", cwd=tmp_path))
     names = {p["name"] for p in listed}
     assert {"pulumi", "kube-pulumi-stack-operator"} <= names

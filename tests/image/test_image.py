@@ -170,6 +170,18 @@ def test_another_revision_of_the_same_tree_is_an_image_of_its_own(
     assert release_file(image_engine, other_revision, tmp_path)["REVISION"] == "0" * 40
 
 
+def test_the_image_carries_no_package_caches_nor_the_unused_async_client(
+    image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
+) -> None:
+    """No apt package or cache file, and no ``kubernetes.aio``, is left in the image."""
+    script = (
+        "find /var/cache/apt /var/lib/apt/lists -type f ! -name lock; "
+        "python -c 'import importlib.util as u; print(u.find_spec(\"kubernetes.aio\"))'"
+    )
+    out = ok(run_image(image_engine, operator_image, tmp_path, "-c", script, entrypoint="sh"))
+    assert out.split() == ["None"], out
+
+
 def test_pulumi_cli_is_the_test_beds_version(
     image_engine: Engine, operator_image: BuiltImage, tmp_path: Path
 ) -> None:
