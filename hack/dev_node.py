@@ -8,7 +8,8 @@ In the state directory of ``hack/dev.py`` (same lock, wiped at start, kept after
 
 1. the image is built, or found unchanged, as ``make image`` does;
 2. a ``NodeCluster`` starts under ``cluster/`` (control plane, kube-controller-manager,
-   kube-scheduler, one node in its own namespaces) and the image is imported into it;
+   kube-scheduler, one node in its own namespaces) with the image in its containerd
+   (seeded: ``testbed.node.image_store``);
 3. an overlay of ``manifests/default`` (``overlay/``) swaps the image, mounts ``volume/``
    (owned by uid 65532) at ``/state`` and appends the operator flags; it is applied and
    rolled out;
@@ -65,6 +66,7 @@ from testbed.image import (
 )
 from testbed.node import NodeBinaries, NodeCluster, deployment, missing_host_tools
 from testbed.node.deployment import UID
+from testbed.node.image_store import Archive
 from testbed.process import ProcessError
 
 MOUNT = Path("/state")  # where the pods see volume/
@@ -184,6 +186,7 @@ class NodeDev:
 
     def start(self) -> None:
         """Start everything and create the sample Stack (steps 2-4 of the module doc)."""
+        self._seed_image()
         say(f"starting the node cluster in {self.cluster.root}")
         started = time.monotonic()
         self.cluster.start()
@@ -262,14 +265,19 @@ class NodeDev:
 
     # -- the steps ------------------------------------------------------------------------
 
+    def _seed_image(self) -> None:
+        """The node starts with the image in (``testbed.node.image_store``)."""
+        try:
+            archive = save_archive(self.image)
+        except ImageError as err:
+            raise DevError(str(err)) from err
+        self.cluster.images = (Archive(archive, self.image.ref),)
+
     def _load_image(self) -> None:
-        say("importing the image into the node's containerd")
-        started = time.monotonic()
         try:
             self.cluster.load_image(save_archive(self.image), self.image.ref)
         except (ImageError, ProcessError) as err:
             raise DevError(str(err)) from err
-        say(f"imported in {time.monotonic() - started:.0f}s")
 
     def _deploy(self) -> None:
         for path in (self.volume, self.volume / "backend", self.output.parent):

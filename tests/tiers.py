@@ -56,8 +56,9 @@ FIXTURE_MARKS: Final[Mapping[str, tuple[str, ...]]] = {
     "otel_collector": ("otel",),
     # The Flux source-controller on the session's control plane, fetching from a git server.
     "flux_source": ("flux", "integration", "git"),
-    # A node cluster is a control plane too; its git daemon serves the node's pods.
-    "node_cluster": ("node", "integration"),
+    # A node cluster is a control plane too; its containerd starts with the operator's
+    # image in (testbed.node.image_store), whose revision label comes from git.
+    "node_cluster": ("node", "integration", "image", "git"),
     "node_git": ("git",),
     # An end-to-end scenario's surroundings (tests/e2e): a control plane (or the node's),
     # a git server it takes by name for its runner, and the CLI the operator runs.

@@ -45,6 +45,7 @@ from testbed.assets import cache_root
 from testbed.git_server import GitServer
 from testbed.image import build_image, missing_tools, save_archive
 from testbed.node import NodeBinaries, NodeCluster, deployment, missing_host_tools
+from testbed.node.image_store import Archive
 from testbed.node.tenancy import apply_stack_crd, cache_claim, state_namespace, with_env
 from testbed.package_mirror import PackageMirror
 from testbed.package_mirror import env as mirror_env
@@ -86,11 +87,13 @@ class PodBed(Running):
         self._say("pods: the operator's image (built, or found unchanged by content)")
         image = build_image()
         archive = save_archive(image)
-        self._say(f"pods: starting a node cluster of {self.nodes}, the image imported into each")
+        self._say(f"pods: starting a node cluster of {self.nodes}, the image seeded into each")
         binaries = NodeBinaries.find()
-        cluster = self.cluster = NodeCluster(self.root / "node", binaries, nodes=self.nodes)
+        seeded = [Archive(archive, image.ref)]
+        cluster = NodeCluster(self.root / "node", binaries, nodes=self.nodes, images=seeded)
+        self.cluster = cluster
         cluster.start()
-        cluster.load_image(archive, image.ref)
+        cluster.load_image(archive, image.ref)  # checked only: the seed holds it
         self.image = image.ref
         self.git = GitServer(self.root / "git", host=cluster.host_ip)
         self.git.start()

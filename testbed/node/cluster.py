@@ -11,8 +11,9 @@
    tokens, ``kube-root-ca.crt``, node lifecycle) and kube-scheduler on the host;
 3. starts each node (``testbed.node.member``): its cgroup parent ``/pso-<id>[-i]`` and,
    inside its network namespace and a new mount + PID namespace, its supervisor, which
-   runs containerd, then -- once the sandbox (pause) image is imported -- kubelet and
-   kube-proxy;
+   runs containerd on a root planted with the sandbox (pause) image and the cluster's
+   ``images`` (``testbed.node.image_store``: imported once per machine), then kubelet
+   and kube-proxy;
 4. returns when every Node has its Pod range as ``spec.podCIDR``, is Ready and has no
    ``not-ready`` taint left (the scheduler places pods on it) since the node lifecycle
    controller's passes saw it Ready (``SETTLED`` after its Ready transition: a pass that
@@ -45,7 +46,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +58,7 @@ from testbed.control_plane import Binaries, ControlPlane, NodeOptions
 from testbed.node import config
 from testbed.node.config import NodeLayout
 from testbed.node.forwarding import NodeForwarding
+from testbed.node.image_store import Archive
 from testbed.node.member import NodeMember, mounts_of, processes_of
 from testbed.node.network import NodeNetwork
 from testbed.process import Process, ProcessError, free_port
@@ -132,8 +134,17 @@ class NodeCluster:
     ``network``) are node 1's; ``members`` has every node.
     """
 
-    def __init__(self, root: Path, binaries: NodeBinaries | None = None, nodes: int = 1) -> None:
+    def __init__(
+        self,
+        root: Path,
+        binaries: NodeBinaries | None = None,
+        nodes: int = 1,
+        images: Sequence[Archive] = (),
+    ) -> None:
         """Prepare (not start) a cluster of ``nodes`` nodes whose files all live under ``root``.
+
+        Each node starts with ``images`` in its containerd (seeded: ``NodeMember.start``);
+        ``load_image`` adds others later, and only checks those.
 
         Raises:
             ValueError: ``nodes`` is less than 1.
@@ -146,6 +157,7 @@ class NodeCluster:
         self.run_id = secrets.token_hex(3)
         self.logs = root / "logs"
         self.members = [NodeMember(self.run_id, i, root, self.logs) for i in range(1, nodes + 1)]
+        self.images = tuple(images)
         self._forwarding = NodeForwarding(self.run_id) if nodes > 1 else None
         self._plane: ControlPlane | None = None
         self._host_processes: list[Process] = []
@@ -260,7 +272,9 @@ class NodeCluster:
             self._start_control_plane()
             proxy_kubeconfig = self.control_plane.add_user("system:kube-proxy", [])
             for member in self.members:
-                member.start(self.control_plane, self.binaries.node_dir, proxy_kubeconfig)
+                member.start(
+                    self.control_plane, self.binaries.node_dir, proxy_kubeconfig, self.images
+                )
             self._wait_until_ready()
         except BaseException:
             self.stop()

@@ -10,8 +10,10 @@ A ``NodeMember`` is everything of one node that is not the control plane's:
   kubelet that saw its volumes through a symlink would, once restarted, mount them again
   and never tear them down;
 - its supervisor (``testbed/node/supervisor.py``), PID 1 of a new mount + PID namespace
-  inside the network namespace, which runs containerd, then -- once the host has imported
-  the sandbox (pause) image -- kubelet and kube-proxy.
+  inside the network namespace, which runs containerd, then -- once the host has checked
+  the sandbox (pause) image is in -- kubelet and kube-proxy;
+- its containerd root, planted from a seed (``testbed.node.image_store``) holding the
+  pause image and the images ``start`` is given, so a node imports none of them.
 
 Node 1 has the names a single-node cluster always had: Node ``pso-node-<id>``, network
 namespace ``pso-<id>``, cgroup ``/pso-<id>``, files in ``/tmp/pso-<id>`` linked from
@@ -36,12 +38,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.control_plane import ControlPlane
-from testbed.node import config
+from testbed.node import config, image_store
 from testbed.node.cgroups import CgroupParent
 from testbed.node.config import NodeLayout
+from testbed.node.image_store import Archive, Seed
 from testbed.node.network import NodeNetwork
 from testbed.node.oci import make_oci_archive
 from testbed.process import Process, ProcessError
@@ -67,6 +71,7 @@ class NodeMember:
         self.supervisor_log = logs / f"node-supervisor{suffix}.log"
         self._network: NodeNetwork | None = None
         self._supervisor: Process | None = None
+        self._seed: Seed | None = None
 
     # -- what the cluster and tests use --------------------------------------------------
 
@@ -113,11 +118,15 @@ class NodeMember:
     def load_image(self, archive: Path, ref: str) -> None:
         """Import an image archive (OCI or docker-archive) that holds ``ref`` into containerd.
 
+        An archive the node's containerd root was seeded with (``start``'s ``images``) is
+        not imported again: only checked.
+
         Raises:
             ProcessError: ``ctr`` failed, or the archive did not give containerd ``ref``
                 (pods naming it would only wait in ``ErrImageNeverPull``).
         """
-        self._ctr("images", "import", str(archive))
+        if self._seed is None or not self._seed.holds(Archive(archive, ref)):
+            self._ctr("images", "import", str(archive))
         listed = self._ctr("images", "ls", "--quiet").split()
         if ref not in listed:
             msg = f"{archive} did not give {self.name}'s containerd {ref} (it has: {listed})"
@@ -129,14 +138,21 @@ class NodeMember:
         """Take a network slot and set up the node's namespace, veth pair and routes."""
         self._network = NodeNetwork.create(self.run_id, self.index)
 
-    def start(self, plane: ControlPlane, node_dir: Path, proxy_kubeconfig: Path) -> None:
+    def start(
+        self,
+        plane: ControlPlane,
+        node_dir: Path,
+        proxy_kubeconfig: Path,
+        images: Sequence[Archive] = (),
+    ) -> None:
         """Start the node's supervisor against ``plane``, with the binaries in ``node_dir``.
 
-        Returns once containerd runs and has the pause image, kubelet and kube-proxy
-        starting (the cluster waits for them).
+        Returns once containerd runs and has the pause image and ``images`` (its root
+        planted from their seed), kubelet and kube-proxy starting (the cluster waits for
+        them).
 
         Raises:
-            ProcessError: containerd did not start or the pause image did not import.
+            ProcessError: seeding or containerd failed, or the pause image is not in.
         """
         self.cgroups.create()
         self.short_root.mkdir(parents=True)
@@ -144,6 +160,14 @@ class NodeMember:
         self.link.symlink_to(self.short_root)
         layout = self.layout
         spec = self._write_files(layout, plane, node_dir, proxy_kubeconfig)
+        pause = make_oci_archive(
+            layout.path("images/pause.tar"),
+            config.SANDBOX_IMAGE,
+            {"pause": node_dir / "pause"},
+            ["/pause"],
+        )
+        self._seed = image_store.seed([Archive(pause, config.SANDBOX_IMAGE), *images])
+        image_store.plant(self._seed, layout.path("containerd/root"))
         argv = [
             "nsenter",
             f"--net={self.network.netns_path}",
@@ -161,12 +185,6 @@ class NodeMember:
         ]
         self._supervisor = Process(self.supervisor_log.stem, argv, self.logs)
         self._supervisor.start(layout.containerd_socket.exists)
-        pause = make_oci_archive(
-            layout.path("images/pause.tar"),
-            config.SANDBOX_IMAGE,
-            {"pause": node_dir / "pause"},
-            ["/pause"],
-        )
         self.load_image(pause, config.SANDBOX_IMAGE)
         layout.path("go").touch()  # the supervisor starts kubelet and kube-proxy now
 

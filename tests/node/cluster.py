@@ -39,6 +39,7 @@ from testbed.assets import AssetError, cache_root
 from testbed.git_server import GitServer
 from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeBinaries, NodeCluster, missing_host_tools
+from testbed.node.image_store import Archive
 from testbed.package_mirror import PackageMirror
 from testbed.plugin_mirror import PluginMirror
 from tests.conftest import kubernetes_provider_or_skip
@@ -131,11 +132,29 @@ def pytest_runtest_makereport(
     return report
 
 
+def operator_archive(request: pytest.FixtureRequest) -> list[Archive]:
+    """The operator's image as an archive to seed a node with; none where it cannot be built.
+
+    Asked for dynamically, so that a node test that needs no image does not skip with it.
+    """
+    try:
+        image: BuiltImage = request.getfixturevalue("operator_image")
+    except pytest.skip.Exception:
+        return []
+    return [Archive(save_archive(image), image.ref)]
+
+
 @pytest.fixture(scope="session")
-def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
-    """A running single-node cluster for the session; nothing of it may survive it."""
+def node_cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[NodeCluster]:
+    """A running single-node cluster for the session; nothing of it may survive it.
+
+    Its containerd starts with the operator's image in (``image_ref`` only checks it).
+    """
     binaries = node_binaries_or_skip()
-    cluster = NodeCluster(tmp_path_factory.mktemp("node-cluster"), binaries)
+    images = operator_archive(request)
+    cluster = NodeCluster(tmp_path_factory.mktemp("node-cluster"), binaries, images=images)
     _clusters.append(cluster)
     started = time.monotonic()
     cluster.start()  # stops what it started when it fails

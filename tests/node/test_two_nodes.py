@@ -33,9 +33,15 @@ from testbed.node.faults import NodeFaults
 from testbed.node.images import HTTP_SERVER_IMAGE, http_server_archive
 from testbed.node.tenancy import wait_for_service_account
 from testbed.waits import wait_for
-from tests.node.cluster import logs_reported, marker_server, node_binaries_or_skip
+from tests.node.cluster import (
+    logs_reported,
+    marker_server,
+    node_binaries_or_skip,
+    operator_archive,
+)
 
-pytestmark = [pytest.mark.node, pytest.mark.integration]
+# Both nodes start with the operator's image in: built with podman, labelled from git.
+pytestmark = [pytest.mark.node, pytest.mark.integration, pytest.mark.image, pytest.mark.git]
 
 _TIMEOUT = 90.0
 _NOT_YET = (OSError, client.ApiException)  # what a server or pod still starting raises
@@ -43,11 +49,17 @@ _HOSTNAME = "kubernetes.io/hostname"
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
-    """A running two-node cluster with the test-server image on both nodes."""
+def two_nodes(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[NodeCluster]:
+    """A running two-node cluster with the test-server image on both nodes.
+
+    Both start with the operator's image in (seeded, as the session's node is), which
+    ``test_lost_node``'s operator runs.
+    """
     binaries = node_binaries_or_skip()
     root = tmp_path_factory.mktemp("two-nodes")
-    cluster = NodeCluster(root, binaries, nodes=2)
+    cluster = NodeCluster(root, binaries, nodes=2, images=operator_archive(request))
     with logs_reported(cluster):
         started = time.monotonic()
         cluster.start()  # stops what it started when it fails
