@@ -178,6 +178,7 @@ def containerd_on(root: Path, work: Path) -> Iterator[Ctr]:
     Raises:
         ProcessError: it did not start (its log's tail).
     """
+    work.mkdir(parents=True, exist_ok=True)
     socket = work / "containerd.sock"
     config = work / "config.toml"
     config.write_text(
@@ -196,7 +197,7 @@ def containerd_on(root: Path, work: Path) -> Iterator[Ctr]:
         deadline = time.monotonic() + START_TIMEOUT
         while not socket.is_socket():
             if proc.poll() is not None or time.monotonic() > deadline:
-                msg = f"the seeding containerd did not start: {_tail(work / 'containerd.log')}"
+                msg = f"containerd on {root} did not start: {_tail(work / 'containerd.log')}"
                 raise ProcessError(msg)
             time.sleep(0.1)
         yield Ctr(socket)

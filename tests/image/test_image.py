@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import signal
 import subprocess
 import tomllib
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 
 from testbed.assets import PULUMI_VERSION
 from testbed.image import BuiltImage, Engine, build_image, save_archive
-from testbed.waits import wait_for
+from testbed.node.image_store import containerd_on
 from tests.image.container import UID, WORK_DIR, run_image
 
 pytestmark = [pytest.mark.image]
@@ -190,45 +189,15 @@ def test_pulumi_cli_is_the_test_beds_version(
     assert out.strip() == f"v{PULUMI_VERSION}"
 
 
-def containerd_config(root: Path) -> str:
-    """A containerd config whose every path is under ``root`` (its CRI plugin off)."""
-    return (
-        "version = 2\n"
-        f'root = "{root}/root"\nstate = "{root}/state"\n'
-        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-        f'[grpc]\n  address = "{root}/sock"\n[ttrpc]\n  address = "{root}/sock.ttrpc"\n'
-    )
-
-
-def listening(proc: subprocess.Popen[bytes], root: Path) -> bool:
-    """Whether the containerd ``proc`` listens on ``root/sock``; it must not have exited."""
-    assert proc.poll() is None, (root / "log").read_text()
-    return (root / "sock").is_socket()
-
-
 @pytest.fixture
 def containerd(tmp_path: Path) -> Iterator[Path]:
     """A private containerd (its own root, state and socket); yields its socket."""
     if shutil.which("containerd") is None or shutil.which("ctr") is None:
         pytest.skip("containerd and ctr are not installed (hack/install-node installs them)")
     root = tmp_path / "containerd"
-    root.mkdir()
-    (root / "config.toml").write_text(containerd_config(root))
-    with (root / "log").open("w") as log:
-        proc = subprocess.Popen(
-            ["containerd", "--config", str(root / "config.toml")], stdout=log, stderr=log
-        )
-    try:
-        wait_for(lambda: listening(proc, root), "containerd to listen", timeout=30, interval=0.1)
-        yield root / "sock"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert str(root) not in Path("/proc/self/mounts").read_text()
+    with containerd_on(root / "root", root) as ctr:
+        yield ctr.socket
+    assert str(root) not in Path("/proc/self/mounts").read_text()
 
 
 @pytest.fixture

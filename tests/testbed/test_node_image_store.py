@@ -112,8 +112,6 @@ def test_a_seed_is_built_once_and_a_planted_root_has_its_image(tmp_path: Path) -
     assert found.holds(archive)
     planted = tmp_path / "node-root"
     image_store.plant(found, planted)
-    work = tmp_path / "work"
-    work.mkdir()
-    with image_store.containerd_on(planted, work) as ctr:
+    with image_store.containerd_on(planted, tmp_path / "work") as ctr:
         assert ref in ctr("images", "ls", "--quiet").split()
     assert mounts_of(planted) == []  # its mounts stayed in its namespace
