@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -48,7 +46,7 @@ from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
 from bench.peer import pko_v2
 from bench.stats import Summary
-from bench.testbed import REPO, TestBed
+from bench.testbed import REPO, started
 
 Benchmark = Callable[[Context], Summary]
 BENCHMARKS: dict[str, Benchmark] = {
@@ -119,22 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = machine.LoadSampler()
     load.start()
     say(f"machine: {_uptime()}")
-    root = Path(tempfile.mkdtemp(prefix="pso-bench-"))
     lines: list[Summary] = []
-    bed = TestBed(root)
-    try:
-        say(f"starting the test bed in {root}")
-        bed.start()
+    with started("pso-bench-", keep=args.keep, say=say) as bed:
         ctx = Context(bed, Fleet(bed, say), scale, say)
         lines += [_emit(_run(name, BENCHMARKS[name], ctx, say)) for name in names]
         if ctx.fleet.names:
             lines.append(_emit(_seed_line(ctx.fleet)))
-    finally:
-        bed.stop()
-        if args.keep:
-            say(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     load.stop()
     say(f"machine: {_uptime()}")
     lines.append(_emit(_machine_line(load.samples, time.monotonic() - began, scale, full=full)))

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import machine
 from bench.running import Running
+from bench.spawned import log_tail
 from bench.testbed import TestBed
 from testbed import operator as testbed
 
@@ -78,10 +79,7 @@ class Operator(testbed.Operator, Running):
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the operator's log."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        return log_tail(self.log, lines)
 
     def _running_pid(self) -> int:
         """The process id; raises ``OperatorError`` (with the log tail) once it has exited."""

@@ -13,7 +13,11 @@ same way. Everything lives under one directory, removed by the caller.
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kubernetes import client, config
@@ -86,6 +90,26 @@ class TestBed:
         """Event objects in ``namespace`` and the sum of their ``count`` fields."""
         items = client.CoreV1Api(self.api).list_namespaced_event(namespace).items
         return len(items), sum(e.count or 1 for e in items)
+
+
+@contextlib.contextmanager
+def started(prefix: str, *, keep: bool, say: Callable[[str], None]) -> Iterator[TestBed]:
+    """A started ``TestBed`` in a new directory named with ``prefix``; stopped on leaving.
+
+    The directory is removed afterwards, or kept (and said) with ``keep``.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    bed = TestBed(root)
+    try:
+        say(f"starting the test bed in {root}")
+        bed.start()
+        yield bed
+    finally:
+        bed.stop()
+        if keep:
+            say(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def admin_client(kubeconfig: Path) -> client.ApiClient:

@@ -22,10 +22,9 @@ from pathlib import Path
 from bench import machine
 from bench.peer.bed import PeerBed
 from bench.running import Running
+from bench.spawned import STOP_TIMEOUT, Spawned, log_tail
 from testbed import operator as testbed
 from testbed.control_plane import ControlPlane
-
-STOP_TIMEOUT = 30.0
 
 
 class PeerOperator(Running):
@@ -69,10 +68,7 @@ class PeerOperator(Running):
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of its log."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        return log_tail(self.log, lines)
 
 
 class Ours(PeerOperator):
@@ -123,40 +119,20 @@ class Pko(PeerOperator):
         """Prepare (not start); ``built`` is its build directory (binary and CRDs)."""
         super().__init__(bed, plane, namespace)
         self.binary = built / "pulumi-kubernetes-operator"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process = Spawned("the Pulumi operator", self.log)
 
     def start(self) -> None:
         """Spawn it (it has no probe to wait for)."""
         env = {**self.environment(), "WATCH_NAMESPACE": self.namespace}
         argv = [str(self.binary), "--zap-level=error", "--zap-time-encoding=iso8601"]
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.started_at = time.monotonic()
-            self._proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.started_at = time.monotonic()
+        self._process.spawn(argv, env, self.home)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL of its process group after ``STOP_TIMEOUT`` s."""
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(STOP_TIMEOUT)
+        """See ``Spawned.stop``."""
+        self._process.stop()
 
     @property
     def pid(self) -> int:
         """See ``PeerOperator.pid``."""
-        if self._proc is None or self._proc.poll() is not None:
-            msg = f"the Pulumi operator exited; its log ends:\n{self.log_tail()}"
-            raise RuntimeError(msg)
-        return self._proc.pid
+        return self._process.pid

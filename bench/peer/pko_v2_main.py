@@ -10,18 +10,15 @@ status 1 when the comparison failed (its traceback on stderr).
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
 from bench.peer import pko_v2
-from bench.testbed import TestBed
+from bench.testbed import started
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,17 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if skipped is not None:
         sys.stdout.write(skipped.line() + "\n")
         return 0
-    root = Path(tempfile.mkdtemp(prefix="pso-bench-pko-v2-"))
-    bed = TestBed(root)
-    try:
-        bed.start()
+    with started("pso-bench-pko-v2-", keep=args.keep, say=say) as bed:
         summary = pko_v2.run(Context(bed, Fleet(bed, say), scale, say))
-    finally:
-        bed.stop()
-        if args.keep:
-            say(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     sys.stdout.write(summary.line() + "\n")
     return 0
 

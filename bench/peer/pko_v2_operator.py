@@ -19,14 +19,12 @@ admin kubeconfig, as its Deployment would run it but for what a host process nee
   file server on free loopback ports; every other setting is PKO's default (25 workers).
 
 ``start`` returns once ``/readyz`` answers; ``stop`` sends SIGTERM, then SIGKILLs the
-process group after ``STOP_TIMEOUT`` s.
+process group after ``bench.spawned.STOP_TIMEOUT`` s.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -36,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.peer.pko_v2_build import Built
 from bench.peer.pko_v2_image import IMAGE
 from bench.running import Running
+from bench.spawned import Spawned, log_tail
 from testbed.node import NodeCluster
 from testbed.process import free_port
 from testbed.waits import wait_for
@@ -44,7 +43,6 @@ SYSTEM_NAMESPACE = "pko-system"
 MANAGER_ACCOUNT = "controller-manager"
 INIT_CONFLICT = "unable to update the workspace pod; deleting the pod to retry later"
 READY_TIMEOUT = 120.0
-STOP_TIMEOUT = 30.0
 
 
 class PkoV2Manager(Running):
@@ -58,7 +56,7 @@ class PkoV2Manager(Running):
         self.ca_file = ca_file
         self.home, self.log = root / "pko-v2-home", root / "logs" / "pko-v2-manager.log"
         self.metrics_port = self.probe_port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process = Spawned("PKO v2's manager", self.log)
 
     def start(self) -> None:
         """Spawn it; returns once its ``/readyz`` answers 200."""
@@ -74,17 +72,7 @@ class PkoV2Manager(Running):
             f"--program-fs-adv-addr=127.0.0.1:{files_port}",
         ]
         self.home.mkdir(parents=True, exist_ok=True)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self._proc = subprocess.Popen(
-                argv,
-                env=self.environment(),
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._process.spawn(argv, self.environment(), self.home)
         wait_for(self._ready, "PKO v2's /readyz", READY_TIMEOUT, detail=self.log_tail)
 
     def environment(self) -> dict[str, str]:
@@ -103,23 +91,13 @@ class PkoV2Manager(Running):
         }
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL of its process group after ``STOP_TIMEOUT`` s."""
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(STOP_TIMEOUT)
+        """See ``Spawned.stop``."""
+        self._process.stop()
 
     @property
     def pid(self) -> int:
         """Its process id; raises ``RuntimeError`` with the log's tail once it exited."""
-        if self._proc is None or self._proc.poll() is not None:
-            msg = f"PKO v2's manager exited; its log ends:\n{self.log_tail()}"
-            raise RuntimeError(msg)
-        return self._proc.pid
+        return self._process.pid
 
     def requests(self) -> float:
         """API requests the manager has made so far (``rest_client_requests_total``, summed)."""
@@ -141,10 +119,7 @@ class PkoV2Manager(Running):
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of its log."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        return log_tail(self.log, lines)
 
     def _ready(self) -> bool:
         """``/readyz`` answers 200 (raises ``RuntimeError`` once the process exited)."""

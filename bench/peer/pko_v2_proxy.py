@@ -41,14 +41,31 @@ HEADER_LIMIT = 16384  # bytes of a CONNECT request's head
 BUFFER = 65536
 
 
-class WorkspaceProxy(Running):
+class _Served(Running):
+    """A ``_Server`` serving in a thread of its own once started."""
+
+    _server: _Server | None = None
+
+    def _serve(self, server: _Server) -> None:
+        """Serve ``server`` in a daemon thread."""
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop listening and close the open connections; safe to call twice."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server.close_tunnels()
+            self._server = None
+
+
+class WorkspaceProxy(_Served):
     """The CONNECT proxy; see the module docstring."""
 
     def __init__(self, api: client.ApiClient) -> None:
         """Prepare (not start); ``api`` reads EndpointSlices."""
         self._discovery = client.DiscoveryV1Api(api)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -60,18 +77,9 @@ class WorkspaceProxy(Running):
 
     def start(self) -> None:
         """Listen on a free loopback port and serve in a thread of its own."""
-        self._server = _Server(("127.0.0.1", 0), _Tunnel)
-        self._server.resolve = self.resolve
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop listening and close the open tunnels; safe to call twice."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.close_tunnels()
-            self._server = None
+        server = _Server(("127.0.0.1", 0), _Tunnel)
+        server.resolve = self.resolve
+        self._serve(server)
 
     def resolve(self, host: str) -> str:
         """An address for ``host``: itself if an IP, else a ready endpoint of the Service.
@@ -95,7 +103,7 @@ class WorkspaceProxy(Running):
         raise LookupError(host)
 
 
-class Relay(Running):
+class Relay(_Served):
     """A TCP relay from ``host`` (a free port) to ``target``; see the module docstring."""
 
     def __init__(
@@ -103,7 +111,6 @@ class Relay(Running):
     ) -> None:
         """Prepare (not start); ``tls``: a server-side context to end TLS with."""
         self.host, self.target, self.tls = host, target, tls
-        self._server: _Server | None = None
 
     @property
     def port(self) -> int:
@@ -114,17 +121,9 @@ class Relay(Running):
 
     def start(self) -> None:
         """Listen on a free port of ``host`` and serve in a thread of its own."""
-        self._server = _Server((self.host, 0), _Forward)
-        self._server.target, self._server.tls = self.target, self.tls
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        """Stop listening and close the open connections; safe to call twice."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.close_tunnels()
-            self._server = None
+        server = _Server((self.host, 0), _Forward)
+        server.target, server.tls = self.target, self.tls
+        self._serve(server)
 
 
 class _Server(socketserver.ThreadingTCPServer):
