@@ -21,26 +21,29 @@ from testbed.waits import wait_for
 from workspace.process import Command, Completed, Output, StoppedError, descendants, run
 
 PYTHON = sys.executable
-# Waits for the file named by argv[1], printing "ready" first; exits 0 when it exists.
-WAIT_FOR_FILE = """
-import os, sys, time
+# Prints "ready", then reads the FIFO named by argv[1] to its end (its writer closing it),
+# then prints "done" and exits 0.
+WAIT_FOR_FIFO = """
+import sys
 print("ready", flush=True)
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.01)
+with open(sys.argv[1]) as fifo:
+    fifo.read()
 print("done", flush=True)
 """
-# Ignores SIGINT, prints "ready", then sleeps until killed.
+# Ignores SIGINT, prints "ready", then waits for a signal that ends it (SIGALRM ends it
+# after two minutes, should no test kill it).
 STUBBORN = """
-import signal, time
+import signal
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.alarm(120)
 print("ready", flush=True)
 while True:
-    time.sleep(1)
+    signal.pause()
 """
 # Starts two stubborn grandchildren (one in the child's group, one in a new session),
 # prints their pids and "ready", then is stubborn itself.
 FAMILY = """
-import signal, subprocess, sys, time
+import signal, subprocess, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 stubborn = sys.argv[1]
 kids = [
@@ -52,7 +55,7 @@ kids = [
 print(" ".join(str(kid.pid) for kid in kids), flush=True)
 print("ready", flush=True)
 while True:
-    time.sleep(1)
+    signal.pause()
 """
 
 
@@ -89,14 +92,15 @@ def alive(pid: int) -> bool:
 def test_output_is_streamed_while_the_child_runs(tmp_path: Path) -> None:
     """The callback sees ``ready`` while the child still waits for the test's answer."""
     answer = tmp_path / "answer"
+    os.mkfifo(answer)
     seen: list[str] = []
 
     def on_stdout(line: str) -> None:
         seen.append(line)
         if line == "ready":
-            answer.touch()  # the child exits only once this exists
+            answer.write_text("")  # the child reads to the end, so exits only after this
 
-    result = run(python(WAIT_FOR_FILE, str(answer), timeout=60), output=Output(on_stdout=on_stdout))
+    result = run(python(WAIT_FOR_FIFO, str(answer), timeout=60), output=Output(on_stdout=on_stdout))
 
     assert not result.timed_out
     assert (result.code, seen) == (0, ["ready", "done"])

@@ -185,7 +185,8 @@ def term(*_):
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 print({progress_line(PROGRESS)!r}, flush=True)
-time.sleep(60)
+signal.alarm(60)
+signal.pause()
 """
     runner = a_runner(tmp_path, fake_agent(tmp_path, body))
     reports, stop = ProgressLog(), threading.Event()
@@ -198,7 +199,8 @@ def test_an_agent_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> 
     body = f"""
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print({progress_line(PROGRESS)!r}, flush=True)
-time.sleep(60)
+signal.alarm(60)
+signal.pause()
 """
     runner = a_runner(tmp_path, fake_agent(tmp_path, body), interrupt_grace=0.5, kill_margin=0.5)
     reports, stop = ProgressLog(), threading.Event()
