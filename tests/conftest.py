@@ -37,7 +37,13 @@ from testbed.pulumi_env import PulumiEnv
 
 # Suite-wide session fixtures that live beside their tests: the operator's image and the
 # single-node cluster, each started once and shared by every directory that needs them.
-pytest_plugins = ("tests.tiers", "tests.durations", "tests.image.fixtures", "tests.node.cluster")
+pytest_plugins = (
+    "tests.tiers",
+    "tests.durations",
+    "tests.signals",
+    "tests.image.fixtures",
+    "tests.node.cluster",
+)
 
 PROGRAMS = Path(__file__).parents[1] / "testbed" / "programs"
 STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"

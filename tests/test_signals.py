@@ -1,0 +1,58 @@
+"""The signal guard fails a test that leaves SIGINT or SIGTERM ignored or blocked, and undoes it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+CONFTEST = 'pytest_plugins = ("tests.signals",)\n'
+TESTS = """
+import signal
+import subprocess
+import sys
+
+CHILD = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+
+def test_leaves_sigint_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def test_leaves_sigterm_blocked():
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+
+def test_restores_what_it_changed():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, previous)
+
+def test_a_later_child_hears_sigint_again():
+    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    assert child.stdout.strip() == "False"
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+"""
+
+
+def test_a_test_leaving_a_signal_deaf_fails_and_the_next_starts_clean(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two culprits error at teardown naming the signal; the others pass."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_culprits=TESTS)
+    repo = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    )
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_leaves_sigint_ignored*",
+            "*the test left its worker with SIGINT ignored*",
+            "*ERROR at teardown of test_leaves_sigterm_blocked*",
+            "*the test left its worker with SIGTERM blocked*",
+        ]
+    )
