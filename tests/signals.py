@@ -42,7 +42,7 @@ def blocked() -> frozenset[int]:
 def _signals_kept() -> Iterator[None]:
     """Fail (and undo) a test that leaves ``WATCHED`` ignored or blocked (module docstring)."""
     ignored_before, blocked_before = ignored(), blocked()
-    handlers = {signum: signal.getsignal(signum) for signum in WATCHED}
+    handlers = {int(signum): signal.getsignal(signum) for signum in WATCHED}
     yield
     left_ignored, left_blocked = ignored() - ignored_before, blocked() - blocked_before
     for signum in left_ignored:

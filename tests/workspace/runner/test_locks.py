@@ -23,29 +23,39 @@ from workspace.runner.locks import is_stale
 
 pytestmark = pytest.mark.pulumi
 
+# Seconds the holder's update takes: past anything the test does while it holds the lock
+# (a fixed few seconds' hold can end before the runner's own update asks for the lock on
+# a loaded machine); the test kills it once done.
+HOLD = 300
+
 
 def start_holder(pulumi_env: PulumiEnv, program: Path, tmp_path: Path) -> subprocess.Popen[str]:
-    """Start a slow ``pulumi up`` of the same stack from a second copy of the program."""
+    """Start a ``pulumi up`` of the same stack that holds its lock until the test kills it.
+
+    It runs from a second copy of the program, its update taking ``HOLD`` seconds; its
+    output goes to ``tmp_path / "holder.log"``.
+    """
     holder_dir = tmp_path / "holder"
     shutil.copytree(program, holder_dir)  # includes Pulumi.dev.yaml with the encryption salt
     env = {**os.environ, **pulumi_env.env}
     pulumi = str(pulumi_env.bin_dir / "pulumi")
     subprocess.run(
-        [pulumi, "--non-interactive", "config", "set", "--stack", STACK, "delay", "20"],
+        [pulumi, "--non-interactive", "config", "set", "--stack", STACK, "delay", str(HOLD)],
         cwd=holder_dir,
         env=env,
         check=True,
         capture_output=True,
     )
-    return subprocess.Popen(
-        [pulumi, "--non-interactive", "up", "--yes", "--skip-preview", "--stack", STACK],
-        cwd=holder_dir,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        text=True,
-    )
+    with (tmp_path / "holder.log").open("w") as log:
+        return subprocess.Popen(
+            [pulumi, "--non-interactive", "up", "--yes", "--skip-preview", "--stack", STACK],
+            cwd=holder_dir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+        )
 
 
 def test_live_lock_is_a_conflict_and_never_cleared_until_its_holder_dies(
@@ -63,7 +73,8 @@ def test_live_lock_is_a_conflict_and_never_cleared_until_its_holder_dies(
 
         outcome = run(runner, make_request({"content": "v2"}))
 
-        assert outcome.error is ErrorKind.CONFLICT
+        holder_log = (tmp_path / "holder.log").read_text()
+        assert outcome.error is ErrorKind.CONFLICT, f"holder {holder.poll()}: {holder_log}"
         assert "locked" in outcome.message
         (held,) = runner.locks(make_request()) or []
         assert (held.pid, held.hostname) == (holder.pid, socket.gethostname())
