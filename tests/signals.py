@@ -10,14 +10,22 @@ before it: a change fails that test, naming the signals, and is undone, so that 
 test starts as the worker started. Handlers a test installs are not checked: a child does
 not inherit them (exec resets them to the default action).
 
+Before any test, each process of the run (the controller and every xdist worker) takes
+back the default actions of ``WATCHED`` if it inherited them ignored: a job started in the
+background of a script, or under ``nohup``, ignores SIGINT, and so would every process
+the suite starts; the tests of Ctrl-C (``make dev``, an interrupted CLI) would then fail,
+or pass only after an earlier test happened to install a handler in that worker.
+
 Guarantees: reads and restores signal state only; never raises outside the check itself.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -36,6 +44,19 @@ def ignored() -> frozenset[int]:
 def blocked() -> frozenset[int]:
     """The signals of ``WATCHED`` the calling thread blocks."""
     return frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & frozenset(WATCHED)
+
+
+DEFAULTS: dict[int, Callable[[int, FrameType | None], Any] | signal.Handlers] = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take back the default action of each signal of ``WATCHED`` inherited as ignored."""
+    del config
+    for signum in ignored():
+        signal.signal(signum, DEFAULTS[signum])
 
 
 @pytest.fixture(autouse=True)

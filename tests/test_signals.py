@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,37 @@ def test_a_test_leaving_a_signal_deaf_fails_and_the_next_starts_clean(
             "*the test left its worker with SIGTERM blocked*",
         ]
     )
+
+
+HEARS = """
+import signal, subprocess, sys
+CHILD = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+def test_a_child_hears_sigint():
+    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    assert child.stdout.strip() == "False"
+"""
+
+
+@pytest.mark.parametrize(
+    ("conftest", "outcome"), [(CONFTEST, "passed"), ("", "failed")], ids=["guarded", "control"]
+)
+def test_a_run_started_ignoring_sigint_hears_it_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, outcome: str
+) -> None:
+    """Started as a script's background job (SIGINT ignored), the tests' children hear it.
+
+    The control run, without the plugin, shows the children would inherit the deafness.
+    """
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_child=HEARS)
+    repo = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    )
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's process inherits it
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    result.assert_outcomes(**{outcome: 1})
