@@ -23,6 +23,7 @@ import pytest
 from testbed.image import INSTALL_HINT, missing_tools
 from testbed.waits import wait_for
 from tests.node.cluster import node_binaries_or_skip
+from workspace.process import kill_tree
 
 pytestmark = pytest.mark.e2e
 
@@ -117,8 +118,8 @@ def test_ctrl_c_mid_update_stops_everything(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
             status = proc.wait(120)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            if proc.poll() is None:  # failed: take its servers (sessions of their own) too
+                kill_tree(proc.pid)
             reader.join(10)
     output = "".join(lines)
     print(output)  # noqa: T201
