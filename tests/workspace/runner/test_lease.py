@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.clock import FakeClock
+from controller.clock import DEFAULT_WAITER_TIMEOUT, FakeClock
 from testbed.waits import wait_for
 from workspace.runner.lease import (
     QUIET_RENEWALS,
@@ -34,6 +35,7 @@ from workspace.runner.types import LockInfo
 
 HOST = socket.gethostname()
 LAPSE = LEASE_SECONDS + LEASE_MARGIN
+WAITER_POLL = 0.05  # real seconds between two looks at whether a thread ended
 
 
 @pytest.fixture
@@ -85,6 +87,20 @@ def set_age(path: Path, clock: FakeClock, age: float) -> None:
     """Give ``path`` the mtime of ``age`` seconds before the clock's wall time."""
     stamp = (clock.wall() - timedelta(seconds=age)).timestamp()
     os.utime(path, (stamp, stamp))
+
+
+def waiting(clock: FakeClock, thread: threading.Thread) -> bool:
+    """True once ``thread`` waits on ``clock``; False once it has ended instead.
+
+    After a step the thread either waits again or finishes: waiting for a waiter alone
+    would wait in vain for one that finished (and fail), however long it took to finish.
+    """
+    deadline = time.monotonic() + DEFAULT_WAITER_TIMEOUT
+    while thread.is_alive():
+        if clock.wait_for_waiters(timeout=WAITER_POLL):
+            return True
+        assert time.monotonic() < deadline, "the thread neither waits on the clock nor ends"
+    return False
 
 
 def in_thread(work: Callable[[], Settlement]) -> tuple[threading.Thread, list[Settlement]]:
@@ -312,13 +328,11 @@ def test_a_renewed_lock_of_this_name_is_waited_for_until_it_lapses(
     path = write_lock(locks, clock, age=0, pid=1)
     thread, result = in_thread(lambda: settle_own(locks, clock, threading.Event(), bound=200))
     stepped = 0.0
-    while not result:
-        assert clock.wait_for_waiters()
+    while waiting(clock, thread):
         assert stepped <= LAPSE, "released before its lease lapsed"
         assert path.exists()
         clock.step(RENEW_SECONDS)
         stepped += RENEW_SECONDS
-        thread.join(timeout=0.05)
     thread.join(timeout=10)
     assert result == [Settlement(Settled.RELEASED)]
     assert stepped > LAPSE
@@ -342,11 +356,9 @@ def test_a_lock_renewed_all_along_is_held_at_the_bound(locks: StackLocks, clock:
     """Still renewed when the bound is reached: HELD, naming that lock; never deleted."""
     path = write_lock(locks, clock, age=0, pid=1)
     thread, result = in_thread(lambda: settle_own(locks, clock, threading.Event(), bound=30))
-    while not result:
-        assert clock.wait_for_waiters()
+    while waiting(clock, thread):
         clock.step(RENEW_SECONDS)
         set_age(path, clock, 0)  # its run renews it
-        thread.join(timeout=0.05)
     thread.join(timeout=10)
     (settled,) = result
     assert settled.state is Settled.HELD
