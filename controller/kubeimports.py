@@ -20,13 +20,6 @@ not run. Guarantees:
   call ``lean()`` before anything imports ``kubernetes``; calling it again changes nothing.
 
 Only the operator's entry point calls it; tests and libraries import the full package.
-
-``preload()`` then resolves, in the calling (main) thread, every name of
-``kubernetes.client`` the operator's code uses (``USED``): that package imports a class's
-module on first access, and the full package's ``__init__`` did much of that at start-up.
-Without it, the first access would come later, from whichever thread reaches it first
-(the leader election's Lease client, an Event's model), importing while other threads
-run and import; done here, every module the operator needs is in before any thread starts.
 """
 
 from __future__ import annotations
@@ -50,35 +43,6 @@ def lean() -> list[str]:
             setattr(sys.modules[parent], child, sys.modules[name])
         registered.append(name)
     return registered
-
-
-USED = (
-    "ApiClient",
-    "ApiException",
-    "AuthenticationV1Api",
-    "AuthorizationV1Api",
-    "Configuration",
-    "CoordinationV1Api",
-    "CoreV1Event",
-    "V1EventSource",
-    "V1Lease",
-    "V1LeaseSpec",
-    "V1NonResourceAttributes",
-    "V1ObjectMeta",
-    "V1ObjectReference",
-    "V1SubjectAccessReview",
-    "V1SubjectAccessReviewSpec",
-    "V1TokenReview",
-    "V1TokenReviewSpec",
-)
-"""The names of ``kubernetes.client`` the operator's code uses (a test keeps it complete)."""
-
-
-def preload(names: tuple[str, ...] = USED) -> None:
-    """Resolve each of ``names`` on ``kubernetes.client`` now, importing its module."""
-    client = importlib.import_module("kubernetes.client")
-    for name in names:
-        getattr(client, name)
 
 
 def _package(name: str) -> types.ModuleType:

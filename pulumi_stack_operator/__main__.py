@@ -40,7 +40,6 @@ def operator(args: list[str]) -> int:
     from controller import kubeimports  # noqa: PLC0415
 
     kubeimports.lean()
-    kubeimports.preload()
     import prometheus_client  # noqa: PLC0415
 
     from controller import heap, tracing  # noqa: PLC0415

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -99,40 +98,3 @@ def test_the_operators_entry_point_is_lean() -> None:
     )
 
     assert loaded_after(program) == []
-
-
-SHIPPED = ("controller", "reconcile", "status", "workspace", "pulumi_stack_operator")
-
-
-def used_client_names() -> set[str]:
-    """Every ``client.<Name>`` attribute the shipped code reads (docstrings aside)."""
-    names = set()
-    for package in SHIPPED:
-        for path in (REPO / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name)
-                    and node.value.id == "client"
-                    and node.attr[:1].isupper()
-                ):
-                    names.add(node.attr)
-    return names
-
-
-def test_preload_covers_every_client_name_the_operator_uses() -> None:
-    """No class of the client is first imported later, from a thread (module docstring)."""
-    from controller import kubeimports  # noqa: PLC0415
-
-    assert used_client_names() <= set(kubeimports.USED)
-
-
-def test_after_preload_the_operator_imports_nothing_more_from_the_client() -> None:
-    """Each used name resolves without a new module: all were imported by ``preload``."""
-    program = (
-        "from controller import kubeimports\nkubeimports.lean()\nkubeimports.preload()\n"
-        "import sys\nfrom kubernetes import client\nbefore = set(sys.modules)\n"
-        "for name in kubeimports.USED:\n    getattr(client, name)\n"
-        "assert set(sys.modules) == before, sorted(set(sys.modules) - before)\n"
-    )
-    subprocess.run([sys.executable, "-c", program], check=True, cwd=REPO)
