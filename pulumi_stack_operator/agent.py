@@ -6,7 +6,10 @@ source, stack, config; no secret value), ``PSO_OPERATION`` (``up``, ``preview`` 
 ``checkout`` init container (``agent checkout``) it lays the source out in the workspace:
 a git checkout (a shallow one when the job says ``shallow``), a Flux artifact (its digest
 verified before anything is unpacked, then unpacked safely), or a rendered Program's
-``Pulumi.yaml``; only it has the git credentials (``PSO_GIT_<n>``). As the run container
+``Pulumi.yaml``; only it has the git credentials (``PSO_GIT_<n>``). A run pod without
+that init container (``RunJob.checkout_apart``: no credentials to keep from the program)
+has its run container check the source out itself first (``agent checkout run``), the
+same way. As the run container
 it runs the operation with ``LocalRunner`` (the same code as the local runner: installing
 the program's dependencies, scrubbing, progress, outcome) with the ``PSO_SECRET_<n>``
 values, and prints its reports on stdout (``workspace.runner.channel``); its own log goes to
@@ -42,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Final
 
 from controller.clock import RealClock
 from controller.signals import relay_signals
@@ -162,19 +166,36 @@ class AgentJob:
         return from_pod | {name for name, ref in refs.items() if ref.env is not None}
 
 
-def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:
-    """``checkout`` (the init container) or run the job and print its outcome; 0 when done.
+USAGE = "usage: pulumi-stack-operator agent [checkout [run]]"
+MODES: Final[Mapping[tuple[str, ...], tuple[bool, bool]]] = {
+    ("checkout",): (True, False),  # the init container
+    (): (False, True),  # the run container after that init container
+    ("checkout", "run"): (True, True),  # a run container that checks out itself
+}
+"""The agent's arguments -> (check the source out, run the job)."""
 
-    A failed checkout is not an exit status: it is written as the run's outcome into
-    ``CHECKOUT_FAILED``, which the run container then reports instead of running.
+
+def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:
+    """Check the source out, run the job and print its outcome, or both (``MODES``).
+
+    0 when done; 2 (and the usage on stderr) for other arguments. A failed checkout is
+    not an exit status: it is written as the run's outcome into ``CHECKOUT_FAILED``, which
+    the run then reports instead of running.
     """
     environ = dict(os.environ if environ is None else environ)
-    if list(args) == ["checkout"]:
+    mode = MODES.get(tuple(args))
+    if mode is None:
+        print(USAGE, file=sys.stderr)  # noqa: T201 - a command-line error
+        return 2
+    checks_out, runs = mode
+    if not runs:
         return checkout_only(environ)
     stop = threading.Event()
     relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
     job = AgentJob.from_environment(environ)
     _forget_environment()
+    if checks_out:
+        check_out(job)
     spent: list[LeaseKeeper] = []
     outcome = fitted(with_checkout_seconds(run(job, environ, stop, spent)))
     print(outcome_line(outcome), flush=True)  # noqa: T201 - the report channel is stdout
@@ -187,13 +208,18 @@ def checkout_only(environ: Mapping[str, str]) -> int:
     """The init container: check the source out into the workspace; 0 even if that failed."""
     job = AgentJob.from_environment(environ)
     _forget_environment()
+    check_out(job)
+    return 0
+
+
+def check_out(job: AgentJob) -> None:
+    """Lay the source out; its time in ``CHECKOUT_SECONDS``, a failure in ``CHECKOUT_FAILED``."""
     started = CLOCK.now()
     failed = _checkout(job, _now())
     with contextlib.suppress(OSError):  # a figure for the breakdown, never worth a failure
         CHECKOUT_SECONDS.write_text(f"{CLOCK.now() - started:.3f}\n")
     if failed is not None:
         CHECKOUT_FAILED.write_text(outcome_line(failed) + "\n")
-    return 0
 
 
 def with_checkout_seconds(outcome: Outcome) -> Outcome:

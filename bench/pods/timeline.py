@@ -96,18 +96,24 @@ def split(times: PodTimes, inside: Mapping[str, float], e2e: float) -> dict[str,
     running (sandbox, image, volumes); ``checkout``, ``install``, ``cli``: the agent's
     ``inside`` seconds (0 for a phase it did not report); ``other``: the rest of ``e2e``.
     ``init`` is the checkout container's life, ``handoff`` its end → the run container
-    running. Raises ``ValueError`` naming a timestamp the pod did not give.
+    running. A pod without the checkout container (its run container checks out) starts
+    when the run container runs, with no ``init`` or ``handoff`` (0). Raises
+    ``ValueError`` naming a timestamp the pod did not give.
     """
     created, scheduled = _need(times, "created"), _need(times, "scheduled")
-    init_started, init_finished = _need(times, "init_started"), _need(times, "init_finished")
+    main_started = _need(times, "main_started")
+    init_started = times.init_started
     legs = {
         "schedule": _seconds(created, scheduled),
-        "start": _seconds(scheduled, init_started),
+        "start": _seconds(scheduled, init_started or main_started),
         **{leg: float(inside.get(f"in_runner_{leg}_s", 0.0)) for leg in AGENT},
     }
     legs["other"] = e2e - sum(legs.values())
+    if init_started is None:
+        return legs | {"init": 0.0, "handoff": 0.0, "e2e": e2e}
+    init_finished = _need(times, "init_finished")
     legs["init"] = _seconds(init_started, init_finished)
-    legs["handoff"] = _seconds(init_finished, _need(times, "main_started"))
+    legs["handoff"] = _seconds(init_finished, main_started)
     return legs | {"e2e": e2e}
 
 

@@ -66,6 +66,19 @@ def test_a_run_pods_object_splits_into_legs_that_add_up_to_the_run() -> None:
     assert (legs["init"], legs["handoff"]) == (2.0, 1.0)
 
 
+def test_a_pod_whose_run_container_checks_out_starts_when_that_container_runs() -> None:
+    """No checkout container: start runs to the run container's start; no init, no handoff."""
+    pod = finished_pod()
+    del pod["status"]["initContainerStatuses"]
+    inside = {"in_runner_checkout_s": 0.5, "in_runner_cli_s": 2.0}
+
+    legs = split(pod_times(pod), inside, e2e=9.0)
+
+    assert (legs["schedule"], legs["start"], legs["other"]) == (1.0, 5.0, 0.5)
+    assert (legs["init"], legs["handoff"]) == (0.0, 0.0)
+    assert sum(legs[leg] for leg in SPLIT) == legs["e2e"] == 9.0
+
+
 def test_legs_are_averaged_so_whole_seconds_even_out_and_still_add_up() -> None:
     """A 0.5 s leg read as 0 s and 1 s averages to 0.5 s; the means sum to the mean run."""
     runs = [

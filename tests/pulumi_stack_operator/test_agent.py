@@ -30,6 +30,7 @@ from workspace.runner import (
     UpdateRequest,
     failed_outcome,
 )
+from workspace.runner.channel import parse_line
 from workspace.runner.document import (
     FluxArtifact,
     GitCheckout,
@@ -214,6 +215,58 @@ def test_the_checkout_time_of_the_init_container_joins_the_outcome(
     seconds = agent.with_checkout_seconds(ran).seconds
     assert set(seconds) == {"checkout"}
     assert 0 <= seconds["checkout"] < 60  # the monkeypatched checkout returns at once
+
+
+def test_a_run_container_without_an_init_container_checks_out_first_then_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``checkout run``: the source laid out, its time in the outcome, then the run."""
+    monkeypatch.setattr(agent, "CHECKOUT_SECONDS", tmp_path / "checkout-seconds")
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
+    monkeypatch.setattr(agent, "relay_signals", lambda _relay: None)  # the worker's own
+    laid: list[str] = []
+    monkeypatch.setattr(sources, "checkout", lambda url, *_args, **_options: laid.append(url))
+
+    def ran(*_args: object) -> Outcome:
+        assert laid == [GIT.repo], "the run comes after the checkout"
+        return outcome()
+
+    monkeypatch.setattr(agent, "run", ran)
+    assert agent.main(["checkout", "run"], environment()) == 0
+    reported = parse_line(capsys.readouterr().out.strip())
+    assert isinstance(reported, Outcome)
+    assert reported.succeeded
+    assert set(reported.seconds) == {"checkout"}
+
+
+def test_a_failed_checkout_in_the_run_container_is_its_outcome_and_nothing_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``checkout run`` with a source that cannot be laid out: SOURCE_FAILED, typed."""
+    monkeypatch.setattr(agent, "CHECKOUT_SECONDS", tmp_path / "checkout-seconds")
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", tmp_path / "checkout-failed")
+    monkeypatch.setattr(agent, "relay_signals", lambda _relay: None)
+    monkeypatch.setattr(agent, "local_runner", _no_runner)
+    err = SourceError("no answer", reason=SourceFailure.SOURCE_UNAVAILABLE, transient=True)
+
+    def fail(*_args: object, **_options: object) -> None:
+        raise err
+
+    monkeypatch.setattr(sources, "checkout", fail)
+    assert agent.main(["checkout", "run"], environment()) == 0
+    reported = parse_line(capsys.readouterr().out.strip())
+    assert isinstance(reported, Outcome)
+    assert reported.error is ErrorKind.SOURCE_FAILED
+    assert reported.source == SourceFault(err.reason, err.transient)
+
+
+@pytest.mark.parametrize("args", [["run"], ["checkout", "checkout"], ["--help"]])
+def test_other_arguments_are_refused_with_the_usage(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 and the usage on stderr; nothing read, nothing run."""
+    assert agent.main(args, {}) == 2
+    assert capsys.readouterr().err.strip() == agent.USAGE
 
 
 NOT_THE_AGENTS = ("kubernetes", "urllib3", "prometheus_client", "controller.manager")

@@ -91,6 +91,21 @@ class RunJob:
         decoded: dict[str, Any] = json.loads(self.overrides)
         return decoded
 
+    def checkout_apart(self) -> bool:
+        """Whether the source is checked out apart from the run, in a step of its own.
+
+        A run pod's ``checkout`` init container, the agent runner's checkout step: needed
+        when the job has git credentials (the program must never get them: a process can
+        read the initial environment of another of its uid), when the owner's own init
+        containers must run between the checkout and the run, or when the owner names its
+        own image (whose agent may predate checking out in the run container). Otherwise
+        the run checks its source out itself: one container start, one agent start and the
+        kubelet's hand-over between containers less per run.
+        """
+        if self.git_env or self.image is not None:
+            return True
+        return bool(self.template().get("initContainers"))
+
 
 class SecretEnvNames:
     """Hands out one pod variable per distinct Secret key (``PSO_SECRET_0``, …)."""

@@ -4,7 +4,9 @@ Each operation runs the run pod's own agent (``pulumi-stack-operator agent``) on
 machine, with the request's ``RunJob`` as the pod would get it: in a fresh private
 workspace (a directory of mode 0700 under the runner's root, removed after the run), the
 checkout step (``agent checkout``, the pod's init container) and then the run step
-(``agent``, the run container), each a child of the operator in a session of its own, with
+(``agent``, the run container), or, where the pod has no such init container
+(``RunJob.checkout_apart``), the one step that checks out and runs (``agent checkout
+run``), each a child of the operator in a session of its own, with
 the environment ``workspace.runner.agent.env`` builds (the git credentials for the
 checkout only, the Stack's other Secret values for the run only, read through the API as
 the kubelet would). The run step's stdout is the report channel
@@ -61,7 +63,7 @@ from workspace.runner.base import JobRunner, RunnerTraits
 from workspace.runner.channel import parse_line
 from workspace.runner.job import RunJob
 from workspace.runner.local.runner import CliBinary
-from workspace.runner.pod.spec import GRACE_MARGIN
+from workspace.runner.pod.spec import CHECKOUT_AND_RUN_ARGS, CHECKOUT_ARGS, GRACE_MARGIN
 from workspace.runner.scrub import Scrubber
 from workspace.runner.types import (
     DEFAULT_INTERRUPT_GRACE,
@@ -170,7 +172,7 @@ class AgentRunner(JobRunner):
     def _steps(
         self, at: Operating, on_progress: ProgressCallback, stop: threading.Event
     ) -> Outcome:
-        """The checkout step, then the run step; the run's outcome."""
+        """The checkout step, then the run step (or the one step doing both); the outcome."""
         try:
             envs = step_envs(
                 job=at.job,
@@ -183,16 +185,21 @@ class AgentRunner(JobRunner):
         except MissingValueError as err:
             return self._failed(at.operation, at.started, ErrorKind.RUNNER_FAILED, str(err))
         scrubber = scrubber_of(envs.secrets, at.workspace)
-        checkout = self._step([*self.agent, "checkout"], envs.checkout, at, stop, _ignore, scrubber)
-        if checkout.interrupted or stop.is_set():
+        if not at.job.checkout_apart():
+            run = [*self.agent, *CHECKOUT_AND_RUN_ARGS]
+            return self._run_step(at, run, envs.run, on_progress, stop, scrubber)
+        checkout = [*self.agent, *CHECKOUT_ARGS]
+        checked = self._step(checkout, envs.checkout, at, stop, _ignore, scrubber)
+        if checked.interrupted or stop.is_set():
             return self._interrupted(at, "the checkout step")
-        if checkout.code != 0:
-            return self._no_outcome(at, "the checkout step", checkout, scrubber)
-        return self._run_step(at, envs.run, on_progress, stop, scrubber)
+        if checked.code != 0:
+            return self._no_outcome(at, "the checkout step", checked, scrubber)
+        return self._run_step(at, list(self.agent), envs.run, on_progress, stop, scrubber)
 
-    def _run_step(
+    def _run_step(  # noqa: PLR0913 - one step's facts
         self,
         at: Operating,
+        argv: list[str],
         env: Mapping[str, str],
         on_progress: ProgressCallback,
         stop: threading.Event,
@@ -200,7 +207,7 @@ class AgentRunner(JobRunner):
     ) -> Outcome:
         """The run step; its outcome, checked to be of the operation asked for."""
         reports = Reports(on_progress)
-        ran = self._step(list(self.agent), env, at, stop, reports.line, scrubber)
+        ran = self._step(argv, env, at, stop, reports.line, scrubber)
         outcome = reports.outcome
         if outcome is None and ran.interrupted:
             return self._interrupted(at, "the run step")

@@ -18,7 +18,11 @@ Guarantees of ``run_pod``:
   ``PSO_ENV_SOURCES`` tells the agent which template variables came from Secrets (the
   values it masks in messages; ``job.EnvSources``). The
   git credentials are variables of the ``checkout`` init container only, which checks the
-  source out into ``/workspace``; the program's container never has them.
+  source out into ``/workspace``; the program's container never has them. A run that needs
+  no such container (``RunJob.checkout_apart``: no git credentials, no init containers of
+  the Stack's, the operator's image) has none: its run container checks the source out
+  itself (``agent checkout run``), which saves a container start, an agent start and the
+  kubelet's hand-over between the two.
 * The Stack's ``workspaceTemplate`` (validated by the spec parser) adds image, pull
   policy, resources, env, envFrom, labels, annotations, scheduling and volumes; it cannot
   change the command, the security context or the ServiceAccount.
@@ -72,6 +76,8 @@ ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
 ANNOTATION_CONCLUDED = "pulumi-stack-operator.dev/concluded"
 RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
+CHECKOUT_ARGS = ("checkout",)  # the init container's: the checkout only
+CHECKOUT_AND_RUN_ARGS = ("checkout", "run")  # a run container that checks out itself
 CACHE_VOLUME = "pulumi-cache"
 CACHE_MOUNT = "/pulumi-cache"  # reserved in workspaceTemplate (reconcile.spec.volumes)
 ENV_FILE_VARIABLE = {"name": ENV_VARIABLE, "value": ENV_FILE}  # in every container
@@ -211,10 +217,10 @@ def _pod_spec(
         "activeDeadlineSeconds": int(job.timeout + grace) + 60,
         "securityContext": _pod_security(restricted=restricted),
         "initContainers": [
-            _checkout(job, operation, template, image, restricted=restricted),
+            *_checkout(job, operation, template, image, restricted=restricted),
             *_tenant_init_containers(template, restricted=restricted),
         ],
-        "containers": [_container(job, operation, template, image, restricted=restricted)],
+        "containers": [_run_container(job, operation, template, image, restricted=restricted)],
         "volumes": [
             {"name": "workspace", "emptyDir": {}},
             {"name": "tmp", "emptyDir": {}},
@@ -222,6 +228,8 @@ def _pod_spec(
             *template.get("volumes", []),
         ],
     }
+    if not spec["initContainers"]:
+        del spec["initContainers"]
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         if key in template:
             spec[key] = template[key]
@@ -266,16 +274,31 @@ def _container(
     return container
 
 
-def _checkout(
+def _run_container(
     job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
 ) -> dict[str, Any]:
-    """The init container that checks the source out: the only one with the git credentials."""
+    """The run container; it checks the source out first when no init container does."""
+    container = _container(job, operation, template, image, restricted=restricted)
+    if not job.checkout_apart():
+        container["command"] = [*AGENT_COMMAND, *CHECKOUT_AND_RUN_ARGS]
+    return container
+
+
+def _checkout(
+    job: RunJob, operation: str, template: dict[str, Any], image: str, *, restricted: bool
+) -> list[dict[str, Any]]:
+    """The init container that checks the source out, when the run needs one apart.
+
+    It is the only container with the git credentials (``RunJob.checkout_apart``).
+    """
+    if not job.checkout_apart():
+        return []
     container = _container(job, operation, template, image, restricted=restricted)
     container["name"] = CHECKOUT
-    container["command"] = [*AGENT_COMMAND, "checkout"]
+    container["command"] = [*AGENT_COMMAND, *CHECKOUT_ARGS]
     plain = [e for e in container["env"] if not e["name"].startswith("PSO_SECRET_")]
     container["env"] = [*plain, *_secret_env(job.git_env)]
-    return container
+    return [container]
 
 
 def _tenant_init_containers(template: dict[str, Any], *, restricted: bool) -> list[Any]:

@@ -6,6 +6,7 @@ channel's own functions); one runs the real agent on the real CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -134,6 +135,23 @@ def test_each_step_gets_its_own_secrets_none_on_its_command_line(tmp_path: Path)
         assert step["mode"] == "0o700"
         assert Path(step["cwd"]).parent == tmp_path / "root"
     assert not Path(run["cwd"]).exists()  # removed after the run
+
+
+def test_a_job_without_git_credentials_checks_out_and_runs_in_one_step(tmp_path: Path) -> None:
+    """As its run pod has no checkout container: one step, ``checkout run``, the run's env."""
+    body = f"print({outcome_line(OUTCOME)!r})"
+    runner = a_runner(tmp_path, fake_agent(tmp_path, body))
+    request = a_request()
+    assert request.job is not None
+    job = dataclasses.replace(request.job, git_env=())
+    outcome = runner.run(
+        dataclasses.replace(request, job=job), on_progress=ProgressLog(), stop=threading.Event()
+    )
+    assert outcome == OUTCOME
+    assert not (tmp_path / "checkout.json").exists(), "no checkout step of its own"
+    run = recorded(tmp_path, "run")
+    assert run["argv"][1:] == ["checkout", "run"]
+    assert run["env"]["PSO_SECRET_0"] == PASSPHRASE
 
 
 def test_a_destroy_and_a_preview_are_told_to_the_agent(tmp_path: Path) -> None:

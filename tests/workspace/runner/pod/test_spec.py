@@ -12,6 +12,8 @@ from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.job import Owner, trace_env, trace_of
 from workspace.runner.pod.spec import (
     AGENT_COMMAND,
+    CHECKOUT_AND_RUN_ARGS,
+    CHECKOUT_ARGS,
     DEFAULT_REQUESTS,
     RunCaching,
     pod_name,
@@ -32,6 +34,10 @@ def job(**fields: Any) -> RunJob:
         "timeout": 600.0,
     }
     return RunJob(**{**base, **fields})
+
+
+GIT = (SecretEnv("PSO_GIT_0", "git", "token"),)
+"""A job's git credentials: its pod checks out in an init container of its own."""
 
 
 def manifest(**fields: Any) -> dict[str, Any]:
@@ -61,8 +67,27 @@ def test_the_pod_runs_the_agent_as_the_stacks_service_account() -> None:
     assert metadata["annotations"]["pulumi-stack-operator.dev/generation"] == "3"
     assert metadata["labels"]["pulumi-stack-operator.dev/stack-uid"] == "uid-1"
     [container] = spec["containers"]
-    assert container["command"] == list(AGENT_COMMAND)
+    assert container["command"] == [*AGENT_COMMAND, *CHECKOUT_AND_RUN_ARGS]
     assert container["image"] == "operator:1"
+    assert "initContainers" not in spec, "no credentials to keep from the program"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"git_env": GIT},
+        {"overrides": json.dumps({"initContainers": [{"name": "mine", "image": "busybox"}]})},
+        {"image": "mine:2"},
+    ],
+    ids=["git-credentials", "own-init-containers", "own-image"],
+)
+def test_a_checkout_apart_is_an_init_container_and_the_run_only_runs(fields: Any) -> None:
+    """Credentials, the Stack's init containers or its own image: the checkout goes first."""
+    spec = manifest(**fields)["spec"]
+    checkout = spec["initContainers"][0]
+    assert (checkout["name"], checkout["command"]) == ("checkout", [*AGENT_COMMAND, *CHECKOUT_ARGS])
+    [container] = spec["containers"]
+    assert container["command"] == list(AGENT_COMMAND)
 
 
 def test_restricted_by_default_baseline_on_request() -> None:
@@ -126,8 +151,10 @@ def requests_of(pod: dict[str, Any]) -> list[dict[str, str] | None]:
 
 def test_a_run_requests_the_defaults_for_what_its_stack_leaves_unset() -> None:
     """No resources: both containers request the defaults; the pod is Burstable, unlimited."""
-    pod = manifest()
+    pod = manifest(git_env=GIT)
     assert requests_of(pod) == [dict(DEFAULT_REQUESTS)] * 2
+    alone = manifest()["spec"]["containers"][0]
+    assert alone["resources"]["requests"] == dict(DEFAULT_REQUESTS)
     assert "limits" not in pod["spec"]["containers"][0]["resources"]
 
 
@@ -149,14 +176,14 @@ def test_a_stacks_own_requests_and_limits_win_key_by_key(
     resources: dict[str, Any], requested: dict[str, str] | None
 ) -> None:
     """Each resource the template requests or limits is its own; the rest get the defaults."""
-    pod = manifest(overrides=json.dumps({"resources": resources}))
+    pod = manifest(overrides=json.dumps({"resources": resources}), git_env=GIT)
     assert requests_of(pod) == [requested] * 2
     assert pod["spec"]["containers"][0]["resources"].get("limits") == resources.get("limits")
 
 
 def test_the_operator_may_set_other_defaults_or_none() -> None:
     """``requests``: the operator's own defaults; empty: no resources at all (LimitRange's)."""
-    mine = run_pod(job(), "up", image="operator:1", grace=60, requests={"memory": "1Gi"})
+    mine = run_pod(job(git_env=GIT), "up", image="operator:1", grace=60, requests={"memory": "1Gi"})
     assert requests_of(mine) == [{"memory": "1Gi"}] * 2
     none = run_pod(job(), "up", image="operator:1", grace=60, requests={})
     assert all("resources" not in c for c in none["spec"]["containers"])
@@ -174,7 +201,7 @@ def test_the_template_cannot_take_over_the_runners_labels_or_image() -> None:
 
 def test_only_the_checkout_container_has_the_git_credentials() -> None:
     """The init container checks out with PSO_GIT_*; the program's container never has them."""
-    pod = manifest(git_env=(SecretEnv("PSO_GIT_0", "git", "token"),))
+    pod = manifest(git_env=GIT)
     [checkout] = pod["spec"]["initContainers"]
     [container] = pod["spec"]["containers"]
     assert checkout["command"] == [*AGENT_COMMAND, "checkout"]
@@ -188,7 +215,9 @@ def test_only_the_checkout_container_has_the_git_credentials() -> None:
 def test_the_namespaces_cache_claim_is_mounted_into_the_run_container_only() -> None:
     """With the claim: a volume, the run container's mount, and the agent told where."""
     caching = RunCaching(claim="pulumi-cache", limit=5 * 1024**3, mirror="http://mirror.example")
-    pod = run_pod(job(), "up", image="operator:1", grace=60, caching=caching, cached=True)
+    pod = run_pod(
+        job(git_env=GIT), "up", image="operator:1", grace=60, caching=caching, cached=True
+    )
     spec = pod["spec"]
     assert {"name": "pulumi-cache", "persistentVolumeClaim": {"claimName": "pulumi-cache"}} in (
         spec["volumes"]
