@@ -85,6 +85,7 @@ SOURCE = WORKSPACE / SOURCE_DIR
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
 CLOCK = RealClock()  # the run pod's one clock
+VERSION_MEMO = "pulumi-version.json"  # on the cache volume: the CLI's version, checked once
 Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 
 
@@ -354,7 +355,8 @@ def local_runner(environ: Mapping[str, str]) -> LocalRunner:
     installed dependencies, download caches and plugins, shared by the namespace's run
     pods; without it they live in the pod's workspace and go with it.
     ``PSO_CACHE_LIMIT`` bounds the cache (bytes); ``PSO_PLUGIN_MIRROR`` is where plugins
-    are downloaded from.
+    are downloaded from. The CLI's version, checked on the first run, is remembered there
+    too (``VERSION_MEMO``) for as long as the image's CLI is the same binary.
     """
     cache_dir = environ.get("PSO_CACHE_DIR")
     root = Path(cache_dir) if cache_dir else WORKSPACE
@@ -362,7 +364,7 @@ def local_runner(environ: Mapping[str, str]) -> LocalRunner:
     plugin_home.mkdir(parents=True, exist_ok=True)
     limit = environ.get("PSO_CACHE_LIMIT", "")
     return LocalRunner(
-        pulumi_command(),
+        pulumi_command(memo=root / VERSION_MEMO if cache_dir else None),
         plugin_home,
         cache=root / ("dependencies" if cache_dir else ".cache"),
         cache_limit=int(limit) if limit.isdigit() else DEFAULT_CACHE_LIMIT,

@@ -7,11 +7,18 @@ resolves ``pulumi`` on ``PATH`` to an absolute path (symlinks resolved) and chec
 version: a missing or too old CLI fails fast, and a Stack whose ``envRefs`` set ``PATH``
 cannot substitute another ``pulumi``. The language host and bundled plugins are found next
 to the real binary (the runner puts its directory first on the CLI's ``PATH``).
+
+``pulumi version`` costs a process start (some 0.1 s of CPU, 0.1 to 0.3 s here) and a run
+pod's agent would pay it on every run: given a ``memo`` file (on the namespace's cache
+volume), the version read is kept there with the binary's identity (path, size,
+modification time, inode) and read back while the binary is the same one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -37,8 +44,11 @@ class CliVersionError(RuntimeError):
     """The CLI is older than ``MINIMUM_VERSION``, or its version cannot be read."""
 
 
-def pulumi_command() -> PulumiCli:
+def pulumi_command(memo: Path | None = None) -> PulumiCli:
     """The ``pulumi`` on ``PATH``, resolved and version-checked.
+
+    ``memo``: a file keeping the version of the binary last checked (see the module doc);
+    one that cannot be read or written is as none.
 
     Raises:
         FileNotFoundError: no ``pulumi`` on ``PATH``.
@@ -49,12 +59,37 @@ def pulumi_command() -> PulumiCli:
         msg = "the pulumi CLI is not on PATH"
         raise FileNotFoundError(msg)
     binary = Path(found).resolve()
-    version = cli_version(binary)
+    version = remembered_version(binary, memo) if memo is not None else cli_version(binary)
     if version < MINIMUM_VERSION:
         need = ".".join(map(str, MINIMUM_VERSION))
         msg = f"{binary} is version {'.'.join(map(str, version))}; {need} or newer is needed"
         raise CliVersionError(msg)
     return PulumiCli(str(binary))
+
+
+def remembered_version(binary: Path, memo: Path) -> tuple[int, int, int]:
+    """The version of ``binary``: from ``memo`` if it names this very binary, else asked.
+
+    A version asked is written to ``memo`` (atomically; a failure to write is ignored).
+    """
+    identity = _identity(binary)
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+        kept = json.loads(memo.read_text())
+        if kept.get("binary") == identity and len(kept["version"]) == len(MINIMUM_VERSION):
+            major, minor, patch = (int(part) for part in kept["version"])
+            return major, minor, patch
+    version = cli_version(binary)
+    with contextlib.suppress(OSError):
+        fresh = memo.with_name(f".{memo.name}.{os.getpid()}")
+        fresh.write_text(json.dumps({"binary": identity, "version": list(version)}))
+        fresh.replace(memo)
+    return version
+
+
+def _identity(binary: Path) -> list[object]:
+    """What tells one binary from another at the same path: a replaced file differs."""
+    stat = binary.stat()
+    return [str(binary), stat.st_size, stat.st_mtime_ns, stat.st_ino]
 
 
 def cli_version(binary: Path) -> tuple[int, int, int]:

@@ -104,8 +104,14 @@ def test_an_unknown_operation_is_refused(operation: str) -> None:
 def test_the_run_caches_on_the_namespaces_volume_when_the_pod_mounts_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PSO_CACHE_DIR: dependencies, downloads and plugins there; else in the workspace."""
-    monkeypatch.setattr(agent, "pulumi_command", lambda: PulumiCli("/usr/bin/true"))
+    """PSO_CACHE_DIR: dependencies, downloads, plugins, the CLI's version; else the workspace."""
+    memos: list[Path | None] = []
+
+    def found(memo: Path | None = None) -> PulumiCli:
+        memos.append(memo)
+        return PulumiCli("/usr/bin/true")
+
+    monkeypatch.setattr(agent, "pulumi_command", found)
     monkeypatch.setattr(agent, "WORKSPACE", tmp_path / "workspace")
     volume = tmp_path / "volume"
     cached = agent.local_runner(
@@ -119,6 +125,7 @@ def test_the_run_caches_on_the_namespaces_volume_when_the_pod_mounts_it(
     assert alone.pulumi_home == tmp_path / "workspace" / ".pulumi-home"
     assert alone.dependency_store.root == tmp_path / "workspace" / ".cache"
     assert alone.plugin_mirror is None
+    assert memos == [volume / "pulumi-version.json", None]
 
 
 def test_the_jobs_pulumi_options_reach_the_request() -> None:
