@@ -14,6 +14,7 @@ the tail of every test-bed process log is attached to its report.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -48,6 +49,19 @@ pytest_plugins = (
 PROGRAMS = Path(__file__).parents[1] / "testbed" / "programs"
 STACK_CRD = Path(__file__).parents[1] / "manifests" / "crd" / "stacks.pulumi.com.yaml"
 PROGRAM_CRD = STACK_CRD.with_name("programs.pulumi.com.yaml")
+
+
+@pytest.fixture
+def repo_on_path(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This repository first on ``PYTHONPATH``: a pytester subprocess run imports its plugins.
+
+    For the tests of the suite's own plugins (``tests.tiers``, ``tests.durations``,
+    ``tests.signals``) that run a small suite with them; returns the repository's root.
+    """
+    repo = Path(__file__).resolve().parents[1]
+    paths = [str(repo), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    return repo
 
 
 @pytest.hookimpl(wrapper=True)

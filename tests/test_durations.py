@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -27,14 +26,11 @@ def test_sleeps():
 
 
 @pytest.fixture
-def summary(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+def summary(pytester: pytest.Pytester, repo_on_path: Path) -> pytest.Pytester:
     """A tiny suite using the plugin, with this repository importable."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_cost=TESTS)
-    repo = str(Path(__file__).resolve().parents[1])
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    )
+    assert (repo_on_path / "tests" / "durations.py").exists()
     return pytester
 
 

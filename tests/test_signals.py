@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -35,16 +33,13 @@ def test_a_later_child_hears_sigint_again():
 """
 
 
+@pytest.mark.usefixtures("repo_on_path")
 def test_a_test_leaving_a_signal_deaf_fails_and_the_next_starts_clean(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester,
 ) -> None:
     """The two culprits error at teardown naming the signal; the others pass."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_culprits=TESTS)
-    repo = str(Path(__file__).resolve().parents[1])
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    )
 
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
 
@@ -71,8 +66,9 @@ def test_a_child_hears_sigint():
 @pytest.mark.parametrize(
     ("conftest", "outcome"), [(CONFTEST, "passed"), ("", "failed")], ids=["guarded", "control"]
 )
+@pytest.mark.usefixtures("repo_on_path")
 def test_a_run_started_ignoring_sigint_hears_it_again(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, outcome: str
+    pytester: pytest.Pytester, conftest: str, outcome: str
 ) -> None:
     """Started as a script's background job (SIGINT ignored), the tests' children hear it.
 
@@ -80,10 +76,6 @@ def test_a_run_started_ignoring_sigint_hears_it_again(
     """
     pytester.makeconftest(conftest)
     pytester.makepyfile(test_child=HEARS)
-    repo = str(Path(__file__).resolve().parents[1])
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's process inherits it
     try:
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 pytest_plugins = ("pytester",)
@@ -184,16 +181,11 @@ def test_unit(n):
 """
 
 
-def test_under_xdist_the_hosts_tests_run_on_one_worker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("repo_on_path")
+def test_under_xdist_the_hosts_tests_run_on_one_worker(pytester: pytest.Pytester) -> None:
     """With ``--dist loadgroup`` every node test runs on the same worker, one at a time."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_host=HOST_TESTS)
-    repo = str(Path(__file__).resolve().parents[1])
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    )
     result = pytester.runpytest_subprocess(
         "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"
     )

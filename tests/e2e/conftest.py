@@ -25,7 +25,6 @@ import os
 import secrets
 import shutil
 import signal
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from tests.status.invariants import StackWatcher
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "pulumi.com", "v1", "stacks"
+POLL = 0.25  # seconds between two looks at a Stack or its Events while waiting
 # Short periods so that scenarios finish in seconds; a test's own flags come later and win.
 E2E_FLAGS = (
     "--resync-period=2",
@@ -274,24 +274,26 @@ class Stacks:
         self, name: str, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 120
     ) -> dict[str, Any]:
         """Poll the Stack until ``check(stack)``; fail with its status otherwise."""
-        deadline = time.monotonic() + timeout
-        obj: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            obj = self.get(name)
-            if check(obj):
-                return obj
-            time.sleep(0.25)
-        pytest.fail(
-            f"timed out waiting for {name}: {what}\n{json.dumps(obj.get('status'), indent=1)}"
-        )
+        seen: dict[str, Any] = {}
+
+        def checked() -> dict[str, Any] | None:
+            seen.update(obj=self.get(name))
+            return seen["obj"] if check(seen["obj"]) else None
+
+        def status() -> str:
+            return "\n" + json.dumps(seen.get("obj", {}).get("status"), indent=1)
+
+        return wait_for(checked, f"{name}: {what}", timeout, POLL, detail=status)
 
     def wait_gone(self, name: str, timeout: float = 120) -> None:
         """Poll until the Stack no longer exists (its finalizer removed)."""
-        deadline = time.monotonic() + timeout
-        while self.exists(name):
-            if time.monotonic() > deadline:
-                pytest.fail(f"{name} still exists after {timeout:g} s: {self.get(name)}")
-            time.sleep(0.25)
+        wait_for(
+            lambda: not self.exists(name),
+            f"{name} to be gone",
+            timeout,
+            POLL,
+            detail=lambda: f"it still is: {self.get(name)}",
+        )
 
     def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
         """Wait until Ready=True for the current generation."""
@@ -320,7 +322,7 @@ class Stacks:
             found = (o for o in watcher.versions(name) if has_reason(o, type_, reason))
             return dict(next(found, {})) or None
 
-        return wait_for(seen, f"{name}: {type_} reason {reason} seen", timeout, 0.25)
+        return wait_for(seen, f"{name}: {type_} reason {reason} seen", timeout, POLL)
 
     def events(self, name: str) -> list[Any]:
         """Events regarding a Stack, oldest first."""
@@ -335,15 +337,18 @@ class Stacks:
         The recorder posts asynchronously, so an Event may land just after the status
         that caused it: tests read Events through this, never right after a status wait.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            events = self.events(name)
-            missing = set(reasons) - {e.reason for e in events}
-            if not missing:
-                return events
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {sorted(missing)} Event for {name}: {[e.reason for e in events]}")
-            time.sleep(0.25)
+        seen: list[Any] = []
+
+        def every_reason() -> list[Any] | None:
+            seen[:] = self.events(name)
+            return list(seen) if set(reasons) <= {e.reason for e in seen} else None
+
+        def found() -> str:
+            return f"Events found: {[e.reason for e in seen]}"
+
+        return wait_for(
+            every_reason, f"{sorted(reasons)} Events for {name}", timeout, POLL, detail=found
+        )
 
     def locks(self) -> list[Path]:
         """The lock files on the backend."""

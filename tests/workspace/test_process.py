@@ -137,7 +137,8 @@ def test_cwd_env_and_stdin_reach_the_child(tmp_path: Path) -> None:
 def test_a_cooperative_child_ends_on_sigint_without_a_kill() -> None:
     """Stop sends SIGINT; a child that exits on it is not killed."""
     stop = threading.Event()
-    script = "import time\nprint('ready', flush=True)\ntime.sleep(60)"
+    # Waits for a signal (SIGINT, or the alarm's bound should none come), no fixed sleep.
+    script = "import signal\nsignal.alarm(60)\nprint('ready', flush=True)\nsignal.pause()"
 
     result = run(python(script, grace=60), stop=stop, output=Output(on_stdout=Lines(stop)))
 
