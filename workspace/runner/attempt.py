@@ -46,7 +46,7 @@ log = structlog.get_logger(__name__)
 
 _OUTPUT_LINES = 40  # of stderr's (or stdout's) error text when the engine sent no diagnostics
 # Quiet, plain output (it ends up in logs and messages), a local program, the event log.
-_DISPLAY = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.local")
+ENGINE_FLAGS = ("--color", "never", "--suppress-progress", "--exec-kind", "auto.local")
 _PERMALINK = re.compile(r"(?:View Live|View in Browser(?: \(Ctrl\+O\))?|Permalink): (\S+)")
 
 
@@ -108,12 +108,15 @@ class OperationRun:
 
     @property
     def known(self) -> KnownStack:
-        """This stack's marker in the home (see ``workspace.runner.known``)."""
+        """This stack's marker in the runner's shared home (``workspace.runner.known``).
+
+        The shared home, not the Stack's own: a run pod's own home is new on every run,
+        the shared one is on the namespace's cache volume when the pod mounts it.
+        """
         backend = self.request.env.get("PULUMI_BACKEND_URL", "")
         request = self.request
-        return KnownStack(
-            self.home, backend, self.project.name, request.stack, request.secrets_provider
-        )
+        home = self.settings.plugin_home.absolute()
+        return KnownStack(home, backend, self.project.name, request.stack, request.secrets_provider)
 
     # phases ------------------------------------------------------------------------------
 
@@ -360,7 +363,7 @@ class OperationRun:
     def _engine(self, phase: Phase, step: Step, args: list[str]) -> process.Completed:
         """Run an engine operation with its events followed and observed."""
         with self._phase(phase, step) as observer, EventLog(observer.on_event) as events:
-            tail = [*_DISPLAY, "--event-log", str(events), "--stack", self.request.stack]
+            tail = [*ENGINE_FLAGS, "--event-log", str(events), "--stack", self.request.stack]
             trace = self.request.trace
             if trace is None:
                 return self.cli.run([*args, *tail])

@@ -3,9 +3,12 @@
 Every command the runner sends takes ``--stack``; a ``select`` before it only proves the
 stack exists (or, failing that, leads to ``stack init``), at the cost of one more CLI
 start (~0.3 s). After a select or init succeeded, ``KnownStack.remember`` writes an empty
-marker in the home, named by a hash of what identifies the stack: backend URL, project,
-stack name and secrets provider (a different backend or provider is a different marker;
-the file holds no value of any of them). While the marker exists the select is skipped.
+marker in the runner's shared home (the one holding the plugin store: a run pod's is on
+the namespace's cache volume, so it outlives the pod), named by a hash of what identifies
+the stack: backend URL, project, stack name and secrets provider (a different backend or
+provider is a different marker; the file holds no value of any of them). While the marker
+exists the select is skipped. Two Stacks naming the same stack on the same backend share
+a marker, as they share the stack.
 
 A stack can still vanish behind the runner's back (``pulumi stack rm`` by hand, a wiped
 backend): a later command then reports it missing, and the attempt forgets the marker

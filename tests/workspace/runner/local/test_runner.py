@@ -312,6 +312,23 @@ def test_a_stack_removed_behind_the_runners_back_is_created_again(
     assert target.read_text() == "two"
 
 
+def test_a_stack_selected_once_is_not_selected_again_from_a_new_home(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    tmp_path: Path,
+    argv_spy: ArgvSpy,
+) -> None:
+    """A run pod's own home is new each run: the runner's shared home keeps what it knows."""
+    first = make_request({"content": "one"}, pulumi_home=tmp_path / "home-1")
+    assert succeeded(run(runner, first))
+    argv_spy.argvs.clear()
+
+    outcome = run(runner, make_request({"content": "two"}, pulumi_home=tmp_path / "home-2"))
+
+    assert succeeded(outcome), outcome.message
+    assert subcommands(argv_spy.argvs) == [("up",)]
+
+
 def test_a_local_only_stack_removed_behind_the_runners_back_is_not_found(
     runner: LocalRunner,
     make_request: Callable[..., UpdateRequest],
