@@ -29,6 +29,14 @@ the operator's own ``pulumi up`` call (``pulumi command``), and the legs around 
 ``op_cli_up_s / debug_cli_up_s``: how much slower the very same CLI command runs under
 the operator (the machine shared with it and the API server) than alone.
 
+Whose that is: the debug rounds have a third side, ``flagged_cli_up_s``, the bare CLI's
+``up`` on a stack of its own run as the runner runs it (its engine flags, an
+``--event-log`` file, ``PULUMI_DEBUG_COMMANDS`` and ``PULUMI_AUTOMATION_API``), beside
+the same idle operator. ``ratio_flags`` = ``flagged_cli_up_s / debug_cli_up_s`` is the
+CLI's own cost of being driven that way (writing every engine event); ``ratio_operator``
+= ``op_cli_up_s / flagged_cli_up_s`` is what is left: the operator following the events
+while the CLI runs, and any difference of environment.
+
 Tracing's cost: the same rounds once more with the operator tracing
 (``--otel-endpoint``) to the test bed's OpenTelemetry Collector, the CLI exporting the
 engine's spans there too: ``traced_op_e2e_s`` and ``traced_cli_up_s`` (the bare CLI,
@@ -61,6 +69,8 @@ from bench.watch import StackWatch, ready
 from testbed.assets import find_built
 from testbed.otel_collector import OtelCollector
 from testbed.pulumi_env import PulumiEnv
+from workspace.runner.attempt import ENGINE_FLAGS
+from workspace.runner.cli import FIXED_ENV
 
 UPDATE_TIMEOUT = 300.0
 
@@ -68,19 +78,26 @@ UPDATE_TIMEOUT = 300.0
 class BareCli:
     """A copy of the program and a stack in it, driven by the plain ``pulumi`` CLI."""
 
-    def __init__(self, bed: TestBed, stack: str, program: Path = PROGRAM) -> None:
-        """Copy ``program`` and make a Pulumi environment on the test bed's backend."""
+    def __init__(
+        self, bed: TestBed, stack: str, program: Path = PROGRAM, *, as_runner: bool = False
+    ) -> None:
+        """Copy ``program`` and make a Pulumi environment on the test bed's backend.
+
+        ``as_runner``: engine operations (``up``) get the runner's flags, an
+        ``--event-log`` file and its fixed environment, as the operator's CLI does.
+        """
         suffix = secrets.token_hex(3)
         self.dir = shutil.copytree(program, bed.root / f"cli-program-{suffix}")
         home = bed.root / f"cli-home-{suffix}"
         home.mkdir()
         pulumi = PulumiEnv(bin_dir=bed.pulumi_bin, home=home, backend_dir=bed.backend)
-        self.env = {**os.environ, **pulumi.env}
+        self.env = {**os.environ, **pulumi.env, **(FIXED_ENV if as_runner else {})}
         self.stack = stack
+        self.events = bed.root / f"cli-events-{suffix}.jsonl" if as_runner else None
 
     def __call__(self, *args: str) -> float:
         """Run ``pulumi <args> --stack <stack>``; returns its wall time (s)."""
-        argv = ["pulumi", *args, "--stack", self.stack, "--non-interactive"]
+        argv = ["pulumi", *args, *self._engine(args), "--stack", self.stack, "--non-interactive"]
         started = time.monotonic()
         done = subprocess.run(
             argv, cwd=self.dir, env=self.env, capture_output=True, text=True, check=False
@@ -90,6 +107,13 @@ class BareCli:
             msg = f"{' '.join(args)} failed: {done.stderr.strip()[-2000:]}"
             raise RuntimeError(msg)
         return took
+
+    def _engine(self, args: Sequence[str]) -> list[str]:
+        """The runner's engine flags for an ``up`` when driven as the runner (a fresh log)."""
+        if self.events is None or args[:1] != ("up",):
+            return []
+        self.events.write_text("")
+        return [*ENGINE_FLAGS, "--event-log", str(self.events)]
 
     def create(self) -> None:
         """Create the stack (``pulumi stack init``)."""
@@ -129,8 +153,10 @@ def run(ctx: Context) -> Summary:
     namespace = bed.namespace("overhead")
     cli = BareCli(bed, f"cli-{secrets.token_hex(3)}")
     cli.init(bed.backend.parent / f"{cli.stack}.txt")
+    flagged = BareCli(bed, f"flagged-{secrets.token_hex(3)}", as_runner=True)
+    flagged.init(bed.backend.parent / f"{flagged.stack}.txt")
     with StackWatch(bed.api, namespace) as watch:
-        sides = _Sides(ctx, watch, cli, namespace)
+        sides = _Sides(ctx, watch, cli, namespace, flagged)
         with Operator(bed, namespace):
             ctx.progress("overhead: warm-up update on each side")
             sides.warm_up()
@@ -142,10 +168,11 @@ def run(ctx: Context) -> Summary:
         with Operator(bed, namespace, "--log-level=debug") as debug:
             alternate(
                 ctx.progress, "overhead (debug):", ctx.scale.overhead_runs,
-                (sides.operator, sides.cli), "d",
+                (sides.operator, sides.cli, sides.flagged), "d",
             )  # fmt: skip
         legs = run_legs(debug.log.read_text(errors="replace"), sides.name)
         debug_cli = median(sides.samples["cli"])
+        flagged_cli = median(sides.samples["flagged"])
         traced = _traced(ctx, sides, namespace)
     missing = [leg for leg, values in legs.items() if not values]
     if missing:
@@ -155,6 +182,9 @@ def run(ctx: Context) -> Summary:
         debug_cli_up_s=debug_cli,
         **{f"op_{leg}_s": median(values) for leg, values in legs.items()},
         ratio_cli=median(legs["cli_up"]) / debug_cli,
+        flagged_cli_up_s=flagged_cli,
+        ratio_flags=flagged_cli / debug_cli,
+        ratio_operator=median(legs["cli_up"]) / flagged_cli,
         **traced,
     )
 
@@ -204,11 +234,16 @@ def run_legs(log: str, name: str) -> dict[str, list[float]]:
 class _Sides:
     """The two sides of the comparison and the times they took."""
 
-    def __init__(self, ctx: Context, watch: StackWatch, cli: BareCli, namespace: str) -> None:
+    def __init__(
+        self, ctx: Context, watch: StackWatch, cli: BareCli, namespace: str, flagged: BareCli
+    ) -> None:
         self._api = client.CustomObjectsApi(ctx.bed.api)
         self._bed, self._watch, self._cli, self._namespace = ctx.bed, watch, cli, namespace
+        self._flagged = flagged
         self.name = self._name = f"op-{secrets.token_hex(3)}"
-        self.samples: dict[str, list[float]] = {"e2e": [], "run": [], "cli": [], "config": []}
+        self.samples: dict[str, list[float]] = {
+            "e2e": [], "run": [], "cli": [], "config": [], "flagged": [],
+        }  # fmt: skip
 
     def warm_up(self) -> None:
         """Create the Stack and the CLI's first update (untimed)."""
@@ -217,8 +252,9 @@ class _Sides:
             GROUP, VERSION, self._namespace, PLURAL, manifest(self._name, spec)
         )
         self._watch.wait_for(ready(self._name, 1), UPDATE_TIMEOUT)
-        self._cli("config", "set", "content", "v0")
-        self._cli("up", "--yes", "--skip-preview")
+        for cli in (self._cli, self._flagged):
+            cli("config", "set", "content", "v0")
+            cli("up", "--yes", "--skip-preview")
 
     def operator(self, content: str) -> None:
         """Patch the Stack's config; time until Ready for the new generation."""
@@ -239,6 +275,11 @@ class _Sides:
         """Set the config with the CLI (timed apart), then time ``pulumi up``."""
         self.samples["config"].append(self._cli("config", "set", "content", content))
         self.samples["cli"].append(self._cli("up", "--yes", "--skip-preview"))
+
+    def flagged(self, content: str) -> None:
+        """As ``cli``, on the stack driven with the runner's flags and environment."""
+        self._flagged("config", "set", "content", content)
+        self.samples["flagged"].append(self._flagged("up", "--yes", "--skip-preview"))
 
     def summary(self) -> Summary:
         """Medians and ratios."""

@@ -157,6 +157,13 @@ def _overhead(s: Summary) -> Row:
             f"{_sig(s.get('op_announce_s'))} s, checkout {_sig(s.get('op_checkout_s'))} s, "
             f"conclude {_sig(s.get('op_conclude_s'))} s"
         )
+    if "ratio_flags" in s.fields:
+        result += (
+            f"; whose: the bare CLI driven as the runner drives it (engine flags, "
+            f"`--event-log`) {_sig(s.get('flagged_cli_up_s'))} s, "
+            f"{s.get('ratio_flags'):.2f}{TIMES} the plain one (the CLI's own), the "
+            f"operator's `up` {s.get('ratio_operator'):.2f}{TIMES} that (the operator's)"
+        )
     if "ratio_traced" in s.fields:
         result += (
             f"; tracing on (`--otel-endpoint`, a real Collector receiving "

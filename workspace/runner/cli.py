@@ -76,7 +76,7 @@ INHERITED_ENV = frozenset(
 INHERITED_ENV_PREFIXES = ("LC_",)  # LC_CTYPE, LC_MESSAGES, ...
 # Set for every command: the hidden ``--event-log`` flag needs the first; the second is
 # what the CLI expects of a program driving it (no prompts, no update notices).
-_FIXED_ENV = {"PULUMI_DEBUG_COMMANDS": "true", "PULUMI_AUTOMATION_API": "true"}
+FIXED_ENV = {"PULUMI_DEBUG_COMMANDS": "true", "PULUMI_AUTOMATION_API": "true"}
 
 
 def inherited_env() -> dict[str, str]:
@@ -190,7 +190,7 @@ class Cli:
         return self._env()
 
     def _env(self) -> dict[str, str]:
-        env = {**inherited_env(), **self._context.env, **_FIXED_ENV}
+        env = {**inherited_env(), **self._context.env, **FIXED_ENV}
         binary = Path(self._context.binary)
         if binary.is_absolute():  # plugins next to the binary come first
             env["PATH"] = os.pathsep.join([str(binary.parent), env.get("PATH", "")])
