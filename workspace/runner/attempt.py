@@ -138,8 +138,10 @@ class OperationRun:
     def open_stack(self, *, create: bool) -> None:
         """Check the project, make the Stack's home, then select (or create) the stack.
 
-        The select is skipped when this home selected the stack before (``known``);
-        ``vanished`` is how a caller learns that the stack has gone since.
+        The select is skipped when the stack is known to exist (``known``); ``vanished`` is
+        how a caller learns that it has gone since. Creating is one command, ``stack
+        select --create``, unless the request names a secrets provider: then a select
+        that finds no stack is followed by ``stack init --secrets-provider``.
         """
         self.log.info("Starting pulumi operation", request=repr(self.request))
         _ = self.project  # fail early, before any CLI call
@@ -148,12 +150,13 @@ class OperationRun:
             if self.known.known():
                 self.assumed = True
                 return
+            provider = self.request.secrets_provider
+            creating = ["--create"] if create and not provider else []
             try:
-                self.cli.run(["stack", "select", "--stack", self.request.stack])
+                self.cli.run(["stack", "select", *creating, "--stack", self.request.stack])
             except CliError as err:
-                if not create or not _not_found(err):
+                if creating or not create or not _not_found(err):
                     raise
-                provider = self.request.secrets_provider
                 extra = ["--secrets-provider", provider] if provider else []
                 self.cli.run(["stack", "init", *extra, "--stack", self.request.stack])
             self.known.remember()

@@ -44,8 +44,7 @@ def test_up_reads_outputs_and_changes_from_its_events_not_more_cli_calls(
     first = run(runner, request)
     assert succeeded(first)
     assert subcommands(argv_spy.argvs) == [
-        ("stack", "select"),
-        ("stack", "init"),
+        ("stack", "select"),  # --create: one command makes the new stack
         ("config", "set"),  # the secret; plain config is written into Pulumi.dev.yaml
         ("up",),
     ]

@@ -129,7 +129,7 @@ def test_config_values_reach_the_program_and_never_a_command_line(
         "region": config["region"],
         "size": config["size"],
     }
-    assert subcommands(argv_spy.argvs) == [("stack", "select"), ("stack", "init"), ("up",)]
+    assert subcommands(argv_spy.argvs) == [("stack", "select"), ("up",)]  # select --create
     assert not [argv for argv in argv_spy.argvs if any(SECRET_VALUE in a for a in argv)]
     assert argv_spy.proc_hits == []  # no process's cmdline held one, CLI children included
 

@@ -305,8 +305,7 @@ def test_a_stack_removed_behind_the_runners_back_is_created_again(
     assert succeeded(outcome), outcome.message
     assert subcommands(argv_spy.argvs) == [
         ("up",),  # assumed the stack existed: "no stack named 'dev' found"
-        ("stack", "select"),
-        ("stack", "init"),
+        ("stack", "select"),  # --create
         ("up",),
     ]
     assert target.read_text() == "two"
@@ -376,8 +375,26 @@ def test_another_backend_is_selected_not_assumed(
     outcome = run(runner, make_request(env={"PULUMI_BACKEND_URL": f"file://{other}"}))
 
     assert succeeded(outcome), outcome.message
-    assert subcommands(argv_spy.argvs)[:2] == [("stack", "select"), ("stack", "init")]
+    assert subcommands(argv_spy.argvs)[:2] == [("stack", "select"), ("up",)]
+    assert "--create" in argv_spy.argvs[0]
     assert (other / ".pulumi" / "stacks" / "files" / f"{STACK}.json").exists()
+
+
+def test_a_new_stack_with_a_secrets_provider_is_initialised_with_it(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    argv_spy: ArgvSpy,
+    pulumi_env: PulumiEnv,
+) -> None:
+    """``stack select`` finds none, ``stack init --secrets-provider`` makes it; then ``up``."""
+    outcome = run(runner, make_request(secrets_provider="passphrase"))
+
+    assert succeeded(outcome), outcome.message
+    assert subcommands(argv_spy.argvs)[:3] == [("stack", "select"), ("stack", "init"), ("up",)]
+    select, init = argv_spy.argvs[:2]
+    assert "--create" not in select
+    assert init[init.index("--secrets-provider") + 1] == "passphrase"
+    assert (pulumi_env.backend_dir / ".pulumi" / "stacks" / "files" / f"{STACK}.json").exists()
 
 
 # --- prepare, attach ------------------------------------------------------------------------
