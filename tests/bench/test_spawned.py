@@ -13,11 +13,11 @@ from testbed.waits import wait_for
 
 # Prints "ready", then ignores SIGTERM (as a peer busy in a run might) until killed.
 STUBBORN = """
-import signal, time
+import signal
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.alarm(120)
 print("ready", flush=True)
-while True:
-    time.sleep(1)
+signal.pause()
 """
 
 

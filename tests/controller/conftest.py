@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from testbed.control_plane import ControlPlane
+from testbed.waits import wait_for
 
 GROUP, VERSION, PLURAL = "testbed.example.com", "v1", "widgets"
 
@@ -39,13 +39,13 @@ def widget_crd(control_plane: ControlPlane) -> Iterator[str]:
         },
     }
     ext.create_custom_resource_definition(body)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
         conditions = (crd.status.conditions if crd.status else None) or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            break
-        time.sleep(0.1)
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established, f"{name} to be Established", 30, 0.1)
     try:
         yield name
     finally:

@@ -7,7 +7,7 @@ apiserver reads differently from how we meant it fails here.
 from __future__ import annotations
 
 import json
-import time
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import yaml
 
 from reconcile.spec import parse_spec
 from testbed.control_plane import ControlPlane
+from testbed.waits import wait_for
 from tests.reconcile.crd.helpers import CRD_PATH, FULL_SPEC, apply_stack, get_stack
 
 pytestmark = pytest.mark.integration
@@ -71,13 +72,14 @@ def test_every_field_has_a_description() -> None:
 
 def test_kubectl_explain_shows_descriptions(plane: ControlPlane) -> None:
     """``kubectl explain`` shows field descriptions, including the resync clamp."""
-    deadline = time.monotonic() + 30
-    while True:  # the apiserver publishes a new CRD's OpenAPI asynchronously
-        result = plane.kubectl("explain", "stacks.spec.resyncFrequencySeconds", check=False)
-        if result.returncode == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert result.returncode == 0, result.stderr
+    tried: list[subprocess.CompletedProcess[str]] = []
+
+    def explained() -> subprocess.CompletedProcess[str] | None:
+        tried.append(plane.kubectl("explain", "stacks.spec.resyncFrequencySeconds", check=False))
+        return tried[-1] if tried[-1].returncode == 0 else None
+
+    # The apiserver publishes a new CRD's OpenAPI asynchronously.
+    result = wait_for(explained, "kubectl explain", 30, 0.5, detail=lambda: tried[-1].stderr)
     text = " ".join(result.stdout.split())
     assert "Values below 60, including 0 and unset, are treated as 60" in text
 
