@@ -5,8 +5,10 @@ setup, call and teardown time by the folder of its file and prints, after pytest
 ``--durations`` list, one line per folder: tests, summed seconds and share, slowest first;
 then the same per tier (``tests.tiers``): the ``node`` tier runs in the workers of its
 four xdist groups, so its largest group's sum is a floor under the wall time however many
-workers run the rest. Under pytest-xdist the reports reach the controller, so the sums cover
-every worker; their total exceeds the wall time by the parallelism won.
+workers run the rest; then per xdist group, each tier and group also with its span (its
+first test's start to its last test's end, the tier's wall time). Under pytest-xdist the
+reports reach the controller, so the sums cover every worker; their total exceeds the wall
+time by the parallelism won.
 
 Beside the time, the CPU each test cost: its worker's own CPU time (user + system) and that
 of the processes it started and reaped (an operator, the CLI under it, a control plane
@@ -41,10 +43,25 @@ class _Folder:
     tests: set[str] = dataclasses.field(default_factory=set)
     seconds: float = 0.0
     cpu: float = 0.0
+    first_start: float = float("inf")
+    last_stop: float = 0.0
+
+    def add(self, report: pytest.TestReport) -> None:
+        """Count one phase of one test: its time and the span it falls in."""
+        self.tests.add(report.nodeid)
+        self.seconds += report.duration
+        self.first_start = min(self.first_start, report.start)
+        self.last_stop = max(self.last_stop, report.stop)
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first phase's start to the last phase's end (0 when none)."""
+        return max(self.last_stop - self.first_start, 0.0)
 
 
 _folders: dict[str, _Folder] = collections.defaultdict(_Folder)
 _tiers: dict[str, _Folder] = collections.defaultdict(_Folder)
+_groups: dict[str, _Folder] = collections.defaultdict(_Folder)
 _started = [time.monotonic()]
 _cpu_at_setup: dict[str, float] = {}
 _cpu_of_test: dict[str, float] = {}
@@ -60,6 +77,17 @@ def cpu_seconds() -> float:
 def folder_of(nodeid: str) -> str:
     """``tests/e2e`` for ``tests/e2e/test_x.py::test_y[a]``."""
     return str(PurePosixPath(nodeid.split("::", 1)[0]).parent)
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist group ``--dist loadgroup`` suffixed to ``nodeid`` ("" when none).
+
+    ``tests/a.py::t[x]@host`` -> ``host``; an ``@`` inside a parameter's id is not one.
+    """
+    head, at, group = nodeid.rpartition("@")
+    if not at or "::" not in head or "]" in group or "/" in group or "::" in group:
+        return ""
+    return group
 
 
 def pytest_sessionstart() -> None:
@@ -89,11 +117,12 @@ def pytest_runtest_makereport(
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Add one phase of one test (and, on its teardown, its CPU) to its folder."""
     folder = _folders[folder_of(report.nodeid)]
-    folder.tests.add(report.nodeid)
-    folder.seconds += report.duration
+    folder.add(report)
     tier = _tiers[tier_of({name for name in report.keywords if name in MARKERS})]
-    tier.tests.add(report.nodeid)
-    tier.seconds += report.duration
+    tier.add(report)
+    group = group_of(report.nodeid)
+    if group:
+        _groups[group].add(report)
     for name, value in report.user_properties:
         if name == CPU_PROPERTY and isinstance(value, int | float):
             folder.cpu += value
@@ -114,7 +143,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         write(f"{folder.seconds:9.1f}s {share:5.1f}%  {len(folder.tests):5d} tests  {name}")
     write(f"{total:9.1f}s summed over tests; {wall:.1f}s wall")
     for name, tier in sorted(_tiers.items(), key=lambda kv: -kv[1].seconds):
-        write(f"{tier.seconds:9.1f}s in tier {name} ({len(tier.tests)} tests)")
+        write(
+            f"{tier.seconds:9.1f}s in tier {name} ({len(tier.tests)} tests), "
+            f"{tier.span:.1f}s from its first start to its last end"
+        )
+    for name, group in sorted(_groups.items(), key=lambda kv: -kv[1].span):
+        write(
+            f"{group.seconds:9.1f}s in group {name} ({len(group.tests)} tests), "
+            f"{group.span:.1f}s from its first start to its last end"
+        )
     if _cpu_of_test:
         _write_cpu(terminalreporter)
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import durations
+
 pytest_plugins = ("pytester",)
 
 CONFTEST = """
@@ -53,3 +55,53 @@ def test_a_childs_cpu_is_the_tests_and_a_sleep_costs_none(
     slept = cpu_of(lines, "test_cost.py::test_sleeps")
     assert burned > 0.2, lines
     assert slept < burned / 2, lines
+
+
+GROUPED = """
+import time
+
+import pytest
+
+@pytest.mark.xdist_group("pair")
+def test_first():
+    time.sleep(0.3)
+
+@pytest.mark.xdist_group("pair")
+def test_second():
+    time.sleep(0.3)
+"""
+
+
+def seconds_before(line: str, marker: str) -> float:
+    """The number just before ``marker`` in ``line`` (``'0.6s from'`` -> 0.6)."""
+    return float(line.split(marker, maxsplit=1)[0].rsplit(" ", 1)[-1].rstrip("s"))
+
+
+def test_a_group_and_a_tier_show_their_span(pytester: pytest.Pytester, repo_on_path: Path) -> None:
+    """A group run one test after another spans at least both; so does its tier."""
+    assert (repo_on_path / "tests" / "durations.py").exists()
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grouped=GROUPED)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=2)
+    (group,) = [line for line in result.stdout.lines if " in group pair (2 tests)" in line]
+    (tier,) = [line for line in result.stdout.lines if " in tier unit (2 tests)" in line]
+    for line in (group, tier):
+        assert seconds_before(line, "s from its first start") >= 0.6, line
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "group"),
+    [
+        ("tests/a.py::test_b@host", "host"),
+        ("tests/a.py::test_b[x]@host-pods", "host-pods"),
+        ("tests/a.py::test_b[me@example.com]", ""),
+        ("tests/a.py::test_b[a@b/c]", ""),
+        ("tests/a.py::test_b", ""),
+    ],
+)
+def test_the_group_is_the_suffix_xdist_gives_not_a_parameters_at(nodeid: str, group: str) -> None:
+    """Only ``--dist loadgroup``'s suffix names a group."""
+    assert durations.group_of(nodeid) == group
