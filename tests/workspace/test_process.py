@@ -8,6 +8,7 @@ a timeout, so a broken ``run`` fails the test instead of hanging it.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from testbed.waits import wait_for
+from workspace import process
 from workspace.process import Command, Completed, Output, StoppedError, descendants, run
 
 PYTHON = sys.executable
@@ -279,3 +281,55 @@ def test_reprs_leave_out_what_may_be_secret() -> None:
     assert result.stdout == "STDIN-VALUE\n"
     assert "-value" not in repr(command)
     assert "-VALUE" not in repr(result)
+
+
+def has_pidfds() -> bool:
+    """Whether this kernel opens pidfds (Linux 5.3 and later)."""
+    exit_fd = process.exit_watch(os.getpid())
+    if exit_fd is None:
+        return False
+    os.close(exit_fd)
+    return True
+
+
+@pytest.mark.skipif(not has_pidfds(), reason="no pidfd_open here: run falls back to polling")
+def test_the_exit_watch_turns_readable_when_the_child_exits(tmp_path: Path) -> None:
+    """The pidfd says nothing while the child runs and is readable once it has exited."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    argv = [PYTHON, "-c", WAIT_FOR_FIFO, str(fifo)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child:
+        exit_fd = process.exit_watch(child.pid)
+        assert exit_fd is not None
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "ready\n"
+            assert select.select([exit_fd], [], [], 0)[0] == []
+            with fifo.open("w"):
+                pass  # the child reads to the end and exits
+            assert select.select([exit_fd], [], [], 60)[0] == [exit_fd]
+            assert child.wait(timeout=60) == 0
+        finally:
+            os.close(exit_fd)
+
+
+@pytest.mark.parametrize("way", ["pidfd", "polling"])
+def test_a_childs_exit_is_seen_with_or_without_a_pidfd(
+    monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """Both ways of waiting return the child's code, and each is the one used."""
+    if way == "pidfd" and not has_pidfds():
+        pytest.skip("no pidfd_open here")
+    waited_on: list[int] = []
+    real_select = select.select
+
+    def spy(read: list[int], *rest: Any) -> Any:
+        waited_on.extend(read)
+        return real_select(read, *rest)
+
+    monkeypatch.setattr(select, "select", spy)
+    if way == "polling":
+        monkeypatch.setattr(process, "exit_watch", lambda _pid: None)
+    result = run(python("import time; time.sleep(0.3); raise SystemExit(3)"))
+    assert result.code == 3
+    assert bool(waited_on) is (way == "pidfd")
