@@ -51,7 +51,7 @@ from controller.clock import RealClock
 from controller.signals import relay_signals
 from controller.tracing import TraceContext
 from pulumi_stack_operator.fence import SETTLE_BOUND, Fence, PodPresence
-from pulumi_stack_operator.pulumi_cli import pulumi_command
+from pulumi_stack_operator.pulumi_cli import VERSION_MEMO, pulumi_command
 from workspace.runner import (
     DEFAULT_CACHE_LIMIT,
     ENV_SOURCES,
@@ -85,7 +85,6 @@ SOURCE = WORKSPACE / SOURCE_DIR
 CHECKOUT_FAILED = WORKSPACE / "checkout-failed"  # the outcome of a failed checkout
 CHECKOUT_SECONDS = WORKSPACE / "checkout-seconds"  # how long the init container's checkout took
 CLOCK = RealClock()  # the run pod's one clock
-VERSION_MEMO = "pulumi-version.json"  # on the cache volume: the CLI's version, checked once
 Operate = Callable[..., Outcome]  # LocalRunner.run or .destroy
 
 

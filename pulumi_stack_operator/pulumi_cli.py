@@ -40,6 +40,10 @@ class PulumiCli:
     command: str
 
 
+VERSION_MEMO = "pulumi-version.json"
+"""The file name a version memo has (``remembered_version``) in a cache directory."""
+
+
 class CliVersionError(RuntimeError):
     """The CLI is older than ``MINIMUM_VERSION``, or its version cannot be read."""
 
@@ -70,7 +74,8 @@ def pulumi_command(memo: Path | None = None) -> PulumiCli:
 def remembered_version(binary: Path, memo: Path) -> tuple[int, int, int]:
     """The version of ``binary``: from ``memo`` if it names this very binary, else asked.
 
-    A version asked is written to ``memo`` (atomically; a failure to write is ignored).
+    A version asked is written to ``memo`` (atomically, its directory made if missing; a
+    failure to write is ignored).
     """
     identity = _identity(binary)
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
@@ -80,6 +85,7 @@ def remembered_version(binary: Path, memo: Path) -> tuple[int, int, int]:
             return major, minor, patch
     version = cli_version(binary)
     with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
         fresh = memo.with_name(f".{memo.name}.{os.getpid()}")
         fresh.write_text(json.dumps({"binary": identity, "version": list(version)}))
         fresh.replace(memo)

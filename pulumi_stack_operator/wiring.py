@@ -33,7 +33,7 @@ from controller.coreapi import CoreApi
 from controller.informer import DeletedFinalStateUnknown
 from controller.manager import ManagerContext, Resource
 from pulumi_stack_operator.config import OperatorConfig
-from pulumi_stack_operator.pulumi_cli import pulumi_command
+from pulumi_stack_operator.pulumi_cli import VERSION_MEMO, pulumi_command
 from pulumi_stack_operator.source_watch import SourceWatch
 from reconcile.accounts import ServiceAccountReader
 from reconcile.acknowledge import Acknowledger
@@ -76,10 +76,10 @@ def local_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Pat
     """The ``local`` runner: the Pulumi CLI on PATH, run by this process.
 
     Programs' dependencies are cached in the work root's ``.cache`` (no namespace can have
-    that name: namespaces are DNS labels).
+    that name: namespaces are DNS labels), and so is the CLI's version (``cli_memo``).
     """
     return LocalRunner(
-        pulumi_command(),
+        pulumi_command(memo=cli_memo(plugin_store)),
         plugin_store,
         cache=plugin_store.parent / ".cache",
         cache_limit=cfg.dependency_cache_size,
@@ -116,10 +116,19 @@ def agent_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Pat
     return AgentRunner(
         CoreApi(context.api_client),
         work_root / ".agent-runs",
-        pulumi_command(),
+        pulumi_command(memo=cli_memo(plugin_store)),
         caching=caching,
         clock=context.clock,
     )
+
+
+def cli_memo(plugin_store: Path) -> Path:
+    """Where this operator remembers its CLI's version: the work root's ``.cache``.
+
+    A restart with the same binary skips ``pulumi version`` (one CLI start, some 0.1 s
+    before the first reconcile); a replaced binary is asked again.
+    """
+    return plugin_store.parent / ".cache" / VERSION_MEMO
 
 
 def own_image(api_client: client.ApiClient, environ: Mapping[str, str]) -> str:

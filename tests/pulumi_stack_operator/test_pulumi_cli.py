@@ -48,6 +48,15 @@ def test_the_cli_on_path_is_resolved_and_checked_each_time_without_a_memo(on_pat
     assert calls(on_path) == 2
 
 
+def test_a_memo_makes_its_directory(on_path: Path, tmp_path: Path) -> None:
+    """A memo in a directory not made yet (a new work root): made, and read the next time."""
+    memo = tmp_path / "new" / ".cache" / "pulumi-version.json"
+    pulumi_command(memo=memo)
+    pulumi_command(memo=memo)
+    assert calls(on_path) == 1
+    assert memo.is_file()
+
+
 def test_a_memo_keeps_the_version_of_the_same_binary(on_path: Path, tmp_path: Path) -> None:
     """The first call asks and writes the memo; the next ones read it."""
     memo = tmp_path / "cache" / "pulumi-version.json"
@@ -83,8 +92,9 @@ def test_a_memo_that_is_not_one_is_as_none(on_path: Path, tmp_path: Path, text: 
 
 
 def test_a_memo_that_cannot_be_written_only_costs_the_check(on_path: Path, tmp_path: Path) -> None:
-    """A memo in a directory that does not exist: checked every time, no failure."""
-    memo = tmp_path / "missing" / "pulumi-version.json"
+    """A memo whose directory cannot be made (a file is in the way): checked every time."""
+    (tmp_path / "a-file").write_text("")
+    memo = tmp_path / "a-file" / "pulumi-version.json"
     pulumi_command(memo=memo)
     pulumi_command(memo=memo)
     assert calls(on_path) == 2

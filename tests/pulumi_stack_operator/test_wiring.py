@@ -16,7 +16,7 @@ from controller.cache import ObjectKey, Store
 from controller.informer import DeletedFinalStateUnknown
 from controller.manager import ManagerContext
 from controller.view import ReadYourWritesView
-from pulumi_stack_operator import config, wiring
+from pulumi_stack_operator import config, pulumi_cli, wiring
 from pulumi_stack_operator.config import OperatorConfig, parse_config
 from pulumi_stack_operator.pulumi_cli import PulumiCli
 from reconcile.acknowledge import Acknowledger
@@ -294,7 +294,13 @@ def test_the_agent_runner_takes_jobs_and_keeps_its_runs_under_the_work_root(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``--runner=agent``: workspaces and cache under the work root; takes a job, no pods."""
-    monkeypatch.setattr(wiring, "pulumi_command", lambda: PulumiCli("/opt/pulumi/bin/pulumi"))
+    memos: list[Path | None] = []
+
+    def found(memo: Path | None = None) -> PulumiCli:
+        memos.append(memo)
+        return PulumiCli("/opt/pulumi/bin/pulumi")
+
+    monkeypatch.setattr(wiring, "pulumi_command", found)
     cfg = parse_config(["--runner=agent", "--plugin-mirror=http://mirror.example"], {})
     runner = wiring.agent_runner(new_context(cfg), cfg, tmp_path / ".pulumi-home")
     assert isinstance(runner, AgentRunner)
@@ -303,8 +309,35 @@ def test_the_agent_runner_takes_jobs_and_keeps_its_runs_under_the_work_root(
     assert runner.caching.mirror == "http://mirror.example"
     assert runner.cli_dir == "/opt/pulumi/bin"
     assert runner.traits == RunnerTraits(takes_job=True)
+    assert memos == [tmp_path / ".cache" / "pulumi-version.json"]
     settings = wiring.settings(cfg, new_context(cfg), tmp_path, runner.traits)
     assert (
         settings.takeover_delay
         == wiring.settings(cfg, new_context(cfg), tmp_path, LocalRunner.traits).takeover_delay
     )  # its runs die with the operator, as local ones do
+
+
+def test_the_local_runner_remembers_its_clis_version_under_the_work_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A restart with the same binary reads the version instead of running the CLI."""
+    asked: list[Path] = []
+
+    def version(binary: Path) -> tuple[int, int, int]:
+        asked.append(binary)
+        return (3, 200, 0)
+
+    binary = tmp_path / "bin" / "pulumi"  # found on PATH, never run: its version is faked
+    binary.parent.mkdir()
+    binary.write_text("")
+    binary.chmod(0o755)
+    monkeypatch.setenv("PATH", str(binary.parent))
+    monkeypatch.setattr(pulumi_cli, "cli_version", version)
+    cfg = parse_config([], {})
+    store = tmp_path / ".pulumi-home"
+    first = wiring.local_runner(new_context(cfg), cfg, store)
+    again = wiring.local_runner(new_context(cfg), cfg, store)
+    assert len(asked) == 1, "the second start found the memo"
+    assert (tmp_path / ".cache" / "pulumi-version.json").is_file()
+    assert isinstance(first, LocalRunner)
+    assert isinstance(again, LocalRunner)
