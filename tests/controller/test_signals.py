@@ -9,6 +9,8 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
 from controller.signals import relay_signals
 
 # The main thread holds the Event's own lock when SIGTERM's handler runs (as it does for a
@@ -56,10 +58,58 @@ def test_the_callback_runs_outside_the_main_thread() -> None:
         seen.append((signum, threading.current_thread().name))
         done.set()
 
+    previous_fd = signal.set_wakeup_fd(-1)  # pytest's, if it has one: given back below
     try:
         relay_signals(callback, [signal.SIGUSR2])
         os.kill(os.getpid(), signal.SIGUSR2)
         assert done.wait(30)
     finally:
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGUSR2, previous)
     assert seen == [(signal.SIGUSR2, "signals")]
+
+
+# The kernel may hand a process's SIGTERM to any thread. Here another thread takes it
+# (pthread_kill at itself) once the main thread sleeps in Event.wait() without a timeout,
+# as the operator's main thread waits for shutdown: Python's handler would only run when
+# the main thread next runs bytecode, which nothing brings about. Checked: with handlers
+# that write to the pipe themselves, this script hangs until the test's timeout.
+ELSEWHERE = textwrap.dedent(
+    """
+    import os, signal, threading
+    from controller.signals import relay_signals
+
+    shutdown = threading.Event()
+    relay_signals(lambda signum: shutdown.set())
+    main = threading.main_thread().native_id
+
+    def asleep() -> bool:
+        with open(f"/proc/self/task/{main}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "S"
+
+    def take_the_signal() -> None:
+        while not (shutdown._cond._waiters and asleep()):
+            threading.Event().wait(0.01)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    threading.Thread(target=take_the_signal).start()
+    shutdown.wait()
+    print("stopped")
+    """
+)
+
+
+def test_a_signal_another_thread_takes_still_reaches_the_callback() -> None:
+    """SIGTERM delivered to a worker thread wakes a main thread blocked on a lock."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", ELSEWHERE],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the signal was lost: the main thread never woke")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "stopped"
