@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
-from kubernetes import client, config
+from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from controller import heap
@@ -47,6 +47,7 @@ from controller.informer import (
     EventHandler,
     Informer,
 )
+from controller.kubeconfig import load_api_client
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.metrics_server import Certificates, Reviewer, SecureMetricsServer
 from controller.reconciler import Reconciler
@@ -105,19 +106,6 @@ class ManagerContext:
 
 
 ReconcilerFactory = Callable[[ManagerContext], Reconciler]
-
-
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else ``~/.kube/config``."""
-    if kubeconfig:
-        api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
-        return api
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        fallback: client.ApiClient = config.new_client_from_config()
-        return fallback
-    return client.ApiClient()
 
 
 def instrument(api_client: client.ApiClient, registry: CollectorRegistry) -> None:

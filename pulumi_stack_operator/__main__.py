@@ -35,7 +35,12 @@ def operator(args: list[str]) -> int:
     The operator reads time on one clock: logs, the manager and (through its context)
     every part the wiring makes.
     """
-    # The operator's modules: imported here so that the agent never loads them.
+    # The operator's modules: imported here so that the agent never loads them. The
+    # Kubernetes client's packages first, without their eager __init__ (controller.kubeimports).
+    from controller import kubeimports  # noqa: PLC0415
+
+    kubeimports.lean()
+    kubeimports.preload()
     import prometheus_client  # noqa: PLC0415
 
     from controller import heap, tracing  # noqa: PLC0415
