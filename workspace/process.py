@@ -223,12 +223,17 @@ def exit_watch(pid: int) -> int | None:
         return None
 
 
+def readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` turns readable within ``timeout`` seconds (poll: any fd number)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
 def _exited(proc: subprocess.Popen[str], exit_fd: int | None) -> bool:
     """Whether the child exited (and was reaped) within one poll interval."""
-    if exit_fd is not None:
-        readable, _, _ = select.select([exit_fd], [], [], _POLL_SECONDS)
-        if not readable:
-            return proc.poll() is not None  # reaped elsewhere (a kill's wait)
+    if exit_fd is not None and not readable(exit_fd, _POLL_SECONDS):
+        return proc.poll() is not None  # reaped elsewhere (a kill's wait)
     try:
         proc.wait(timeout=_POLL_SECONDS)
     except subprocess.TimeoutExpired:
