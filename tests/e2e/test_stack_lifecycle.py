@@ -12,6 +12,7 @@ the runner never sees it, and the reconciler's unit tests hold every branch.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import socket
@@ -46,7 +47,11 @@ off_node = pytest.mark.parametrize("runner", OFF_NODE)  # needs no pod: not on t
 def test_create_change_config_and_follow_the_branch(
     stacks: Stacks, program: Program, operator: Operator, sentinels: Sentinels
 ) -> None:
-    """Create → Ready with outputs; a config change and a new commit are applied."""
+    """Create → Ready with outputs; a config change and a new commit are applied.
+
+    Each run's checkout is fresh, without the stack's settings file: the runs keep the
+    passphrase salt the stack's state was first encrypted with, under every runner.
+    """
     del operator  # running; its teardown scans for leaked secrets
     stacks.secret("app", {"token": sentinels.secret_config})
     stacks.create(
@@ -64,6 +69,7 @@ def test_create_change_config_and_follow_the_branch(
     assert status["lastUpdate"]["lastSuccessfulCommit"] == program.first
     assert status["lastUpdate"]["shortCommit"] == program.first[:7]
     assert "Reconciling" not in [c["type"] for c in status["conditions"]]
+    salt = state_salt(stacks, "web")
 
     two = {"path": stacks.program_path("web"), "content": "two"}
     stacks.patch("web", {"spec": {"config": two}})
@@ -81,6 +87,15 @@ def test_create_change_config_and_follow_the_branch(
         "new commit picked up",
     )
     stacks.wait_events("web", "UpdateStarted", "Succeeded")
+    assert state_salt(stacks, "web") == salt
+
+
+def state_salt(stacks: Stacks, name: str) -> str:
+    """The passphrase salt the state of Stack ``name`` (the ``files`` project) is encrypted with."""
+    path = stacks.backend / ".pulumi" / "stacks" / "files" / f"{name}.json"
+    latest = json.loads(path.read_text())["checkpoint"]["latest"]
+    salt: str = latest["secrets_providers"]["state"]["salt"]
+    return salt
 
 
 @off_node

@@ -6,6 +6,7 @@ program: the stock provider has none, so its refresh never sees out-of-band edit
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.pulumi_env import PulumiEnv
 from tests.workspace.runner.support import (
@@ -395,6 +397,38 @@ def test_a_new_stack_with_a_secrets_provider_is_initialised_with_it(
     assert "--create" not in select
     assert init[init.index("--secrets-provider") + 1] == "passphrase"
     assert (pulumi_env.backend_dir / ".pulumi" / "stacks" / "files" / f"{STACK}.json").exists()
+
+
+def state_salt(pulumi_env: PulumiEnv) -> str:
+    """The passphrase salt the ``dev`` stack's state is encrypted with."""
+    path = pulumi_env.backend_dir / ".pulumi" / "stacks" / "files" / f"{STACK}.json"
+    providers = json.loads(path.read_text())["checkpoint"]["latest"]["secrets_providers"]
+    assert providers["type"] == "passphrase"
+    salt: str = providers["state"]["salt"]
+    return salt
+
+
+def test_a_work_dir_without_its_settings_file_keeps_the_stacks_salt(
+    runner: LocalRunner,
+    make_request: Callable[..., UpdateRequest],
+    pulumi_env: PulumiEnv,
+    program: Path,
+) -> None:
+    """A fresh checkout has no ``Pulumi.<stack>.yaml``: the run takes the state's salt.
+
+    Left to itself the CLI mints a new salt for a settings file without one, so it derives
+    the passphrase's key twice per command (the state's and the new one: about 0.17 s of
+    CPU each) and re-encrypts the stack with a new salt on every run.
+    """
+    assert succeeded(run(runner, make_request({"content": "one"})))
+    salt = state_salt(pulumi_env)
+    settings = program / f"Pulumi.{STACK}.yaml"
+    settings.unlink()  # as the operator's checkout has it: git clean removes it
+
+    assert succeeded(run(runner, make_request({"content": "two"})))
+
+    assert state_salt(pulumi_env) == salt
+    assert yaml.safe_load(settings.read_text())["encryptionsalt"] == salt
 
 
 # --- prepare, attach ------------------------------------------------------------------------
