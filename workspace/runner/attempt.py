@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,7 +27,7 @@ from workspace.runner.cli import Cli, CliContext, CliError, CliStoppedError
 from workspace.runner.display import error_text
 from workspace.runner.engine import EventLog, StepObserver, holds_secret
 from workspace.runner.failures import Phase, StepFailedError, classify, stack_missing
-from workspace.runner.home import make_home
+from workspace.runner.home import forget_credentials, make_home
 from workspace.runner.installing import Installation
 from workspace.runner.known import KnownStack
 from workspace.runner.scrub import Scrubber
@@ -74,8 +76,13 @@ class OperationRun:
         self.home = (request.pulumi_home or settings.plugin_home).absolute()
         # The update check phones home on every command; PULUMI_HOME is always ours.
         mirror = {MIRROR_ENV: f"^.*$={settings.plugin_mirror}"} if settings.plugin_mirror else {}
+        # A temporary directory of the operation's own: what the CLI leaves there (each
+        # plugin it downloads stays behind as a tarball; a killed command leaves more) goes
+        # with the operation (``finish``), not into the operator's TMPDIR for good.
+        self.tmp = tempfile.mkdtemp(prefix="pulumi-operation-")
         env = {
             "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "TMPDIR": self.tmp,
             "HOME": str(self.home),
             **settings.installer.environment(self._owner()),
             **mirror,
@@ -357,6 +364,11 @@ class OperationRun:
         return ProjectInfo(project.name, project.runtime)
 
     # helpers -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Forget the credentials the CLI saved in the home; delete the temporary directory."""
+        forget_credentials(self.home)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _make_home(self) -> None:
         """Create the Stack's home, its ``plugins`` a link to the shared store."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -204,9 +205,18 @@ def test_a_missing_plugin_is_installed_from_the_mirror(
     plugin_mirror: PluginMirror,
     control_plane: ControlPlane,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A YAML program's provider comes from ``plugin_mirror`` once; the next run skips it."""
+    """A YAML program's provider comes from ``plugin_mirror`` once; the next run skips it.
+
+    The CLI leaves each plugin it downloads as a tarball in its TMPDIR: the operation's
+    own temporary directory, gone with it, not the operator's.
+    """
     runner = mirrored
+    operator_tmp = tmp_path / "operator-tmp"
+    operator_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(operator_tmp))  # what the CLI would inherit
+    monkeypatch.setattr(tempfile, "tempdir", str(operator_tmp))  # where the operator's go
     program = copy_program("k8s-yaml")
     before = len(plugin_mirror.downloads())
     request = dataclasses.replace(
@@ -221,6 +231,7 @@ def test_a_missing_plugin_is_installed_from_the_mirror(
     assert len(plugin_mirror.downloads()) == before + 1
     assert "installing plugins (pulumi install)" in {p.current for p in progress.reports}
     assert (tmp_path / "plugins-home" / "plugins" / "resource-kubernetes-v4.25.0").is_dir()
+    assert list(operator_tmp.iterdir()) == []
     second, _ = up(runner, request)
     assert succeeded(second)
     assert ("plugins", True) in steps(second)

@@ -48,7 +48,6 @@ from workspace.runner.attempt import OperationRun
 from workspace.runner.base import RunnerTraits
 from workspace.runner.deps import DependencyStore, Installer
 from workspace.runner.failures import StepFailedError
-from workspace.runner.home import forget_credentials
 from workspace.runner.project import load_project
 from workspace.runner.settings import RunnerSettings
 from workspace.runner.types import (
@@ -156,7 +155,7 @@ class LocalRunner:
         except StepFailedError as failure:  # from installing, before any phase ran
             return attempt.failed(failure)
         finally:
-            forget_credentials(attempt.home)
+            attempt.finish()
 
     def destroy(
         self,
@@ -186,7 +185,7 @@ class LocalRunner:
         try:
             return _again_if_vanished(attempt, phases)
         finally:
-            forget_credentials(attempt.home)
+            attempt.finish()
 
     def prepare(self, request: UpdateRequest) -> Outcome | None:
         """Check the project, make the home, select or create the stack, set its config.
@@ -204,7 +203,7 @@ class LocalRunner:
         try:
             return _again_if_vanished(attempt, phases)
         finally:
-            forget_credentials(attempt.home)
+            attempt.finish()
 
     def attach(
         self,
@@ -252,7 +251,7 @@ class LocalRunner:
             attempt.failed(failure)  # logs the scrubbed failure
             return False
         finally:
-            forget_credentials(attempt.home)
+            attempt.finish()
         return True
 
     def _attempt(
