@@ -158,6 +158,17 @@ def test_uv_is_pinned_and_copied_alone() -> None:
     assert "--from=builder /opt/uv/bin/ /usr/local/bin/" in final("COPY")
 
 
+def test_make_venv_installs_with_the_images_uv() -> None:
+    """``make venv``'s uv is the image's: one pin, so the two never resolve apart."""
+    args = [a for stage, kw, a in instructions() if stage == -1 and kw == "ARG"]
+    image = next(a.split("=", 1)[1] for a in args if a.startswith("UV_VERSION="))
+    makefile = (REPO / "Makefile").read_text()
+    pinned = re.search(r"^UV_VERSION \?= (\S+)$", makefile, re.MULTILINE)
+    assert pinned is not None, "the Makefile pins no UV_VERSION"
+    assert pinned.group(1) == image
+    assert "'uv==$(UV_VERSION)'" in makefile
+
+
 def test_image_contract() -> None:
     """Non-root 65532, the console script under tini as entry point, the work dir, labels."""
     assert final("USER") == ["65532:65532"]
