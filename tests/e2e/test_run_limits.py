@@ -47,7 +47,10 @@ def test_a_run_past_its_deadline_is_interrupted_and_retried(
 ) -> None:
     """spec.timeoutSeconds interrupts a run cleanly: UpdateTimedOut, retried, then Ready."""
     del operator
+    # The deadline's interrupt cancels the create's wait (the engine's Cancel), as a
+    # provider that honours it does: the run ends at its deadline, not 54 s after it.
     slow = {"path": str(stacks.target("slow")), "content": "one", "delay": "60"}
+    slow["cancellable"] = "true"
     stacks.create(stacks.manifest("slow", program, config=slow, timeoutSeconds=6))
     # Seen in the watch: the retry may start at once and end the state within one poll.
     obj = stacks.wait_seen("slow", "Ready", "UpdateTimedOut", timeout=90)

@@ -4,12 +4,16 @@ The provider (``testbed/providers/testfile``) is installed from a plugin mirror,
 operator installs it; what the Python files program does, it must do alike: create,
 update in place on a new content, replace (delete first) on a new path, fail with the
 message ``fail`` gives, wait ``delay`` seconds, destroy, and keep every input a string
-however YAML typed its config.
+however YAML typed its config. A ``cancellable`` wait ends when the CLI is interrupted (the
+engine's Cancel); any other runs to its end, as with a provider that ignores Cancel.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -80,3 +84,46 @@ def test_the_yaml_files_program_manages_a_file_as_the_python_one_does(
 
     stack.destroy(on_output=quiet)
     assert not second.exists()
+
+
+@pytest.mark.parametrize("cancellable", ["true", ""])
+def test_an_interrupted_cli_cancels_a_cancellable_wait_only(
+    stack: auto.Stack, pulumi_env: PulumiEnv, files_mirror: PluginMirror, cancellable: str
+) -> None:
+    """SIGINT mid-create: a cancellable wait fails at once; another one creates the file.
+
+    The cancellable create waits 120 s: were the Cancel ignored, the CLI would write the
+    file before it exits, and the test would fail.
+    """
+    target = Path(stack.workspace.work_dir) / "target.txt"
+    delay = "120" if cancellable else "2"
+    configure(stack, path=str(target), content="x", delay=delay, cancellable=cancellable)
+    assert isinstance(stack.workspace, auto.LocalWorkspace)
+    stack.workspace.install(no_dependencies=True)
+    env = {**os.environ, **pulumi_env.env}
+    env["PULUMI_PLUGIN_DOWNLOAD_URL_OVERRIDES"] = files_mirror.overrides
+    argv = ["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "--stack", "files"]
+    with subprocess.Popen(
+        argv,
+        cwd=stack.workspace.work_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as cli:
+        assert cli.stdout is not None
+        seen: list[str] = []
+        for line in cli.stdout:  # until the file's create runs (the stack's comes first)
+            seen.append(line)
+            if "testfile:index:File" in line and "creating" in line:
+                break
+        assert "creating" in seen[-1], seen
+        cli.send_signal(signal.SIGINT)
+        rest = cli.stdout.read()
+        code = cli.wait()
+    assert code != 0
+    if cancellable:
+        assert "canceled: the engine asked the provider to stop" in rest, rest
+        assert not target.exists()
+    else:
+        assert target.read_text() == "x"  # the engine waited for the step it could not stop

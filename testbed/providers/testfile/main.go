@@ -2,7 +2,10 @@
 // testfile:index:File, a file on the machine the provider runs on.
 //
 // Inputs (strings): path (required), content, delay (seconds each create or update
-// waits first), fail (if set, each create or update fails with this message).
+// waits first), cancellable ("true": the engine's Cancel, sent when the CLI is
+// interrupted, ends a waiting create or update at once, failing it as canceled; otherwise
+// the delay runs to its end, as a provider that ignores Cancel does), fail (if set, each
+// create or update fails with this message).
 // Outputs: the inputs. A new path replaces the file (deleted first); a new content or
 // fail updates it. It is what the test bed's YAML files program declares, so that a
 // test's run costs a Go plugin's start rather than two Python interpreters'.
@@ -16,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,7 +31,13 @@ import (
 
 const version = "0.1.0"
 
-var inputs = []string{"path", "content", "delay", "fail"}
+var inputs = []string{"path", "content", "delay", "cancellable", "fail"}
+
+// cancelled is closed by the engine's Cancel: the update is being stopped.
+var (
+	cancelled  = make(chan struct{})
+	cancelOnce sync.Once
+)
 
 func schema() string {
 	props := ""
@@ -126,14 +136,17 @@ func (server) Diff(_ context.Context, r *pulumirpc.DiffRequest) (*pulumirpc.Diff
 	}, nil
 }
 
-// write waits the delay, fails as told, or writes the content.
+// write waits the delay (cut short by a Cancel when cancellable), fails as told, or
+// writes the content.
 func write(props *structpb.Struct) error {
 	if delay := str(props, "delay"); delay != "" {
 		seconds, err := strconv.ParseFloat(delay, 64)
 		if err != nil {
 			return fmt.Errorf("delay %q is not a number of seconds", delay)
 		}
-		time.Sleep(time.Duration(seconds * float64(time.Second)))
+		if !wait(time.Duration(seconds*float64(time.Second)), str(props, "cancellable") == "true") {
+			return errors.New("canceled: the engine asked the provider to stop")
+		}
 	}
 	if message := str(props, "fail"); message != "" {
 		return errors.New(message)
@@ -147,6 +160,22 @@ func write(props *structpb.Struct) error {
 		return err
 	}
 	return nil
+}
+
+// wait sleeps for d; false if a Cancel came first and the wait is cancellable.
+func wait(d time.Duration, cancellable bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	if !cancellable {
+		<-timer.C
+		return true
+	}
+	select {
+	case <-timer.C:
+		return true
+	case <-cancelled:
+		return false
+	}
 }
 
 func (server) Create(_ context.Context, r *pulumirpc.CreateRequest) (*pulumirpc.CreateResponse, error) {
@@ -192,6 +221,7 @@ func (server) Read(_ context.Context, r *pulumirpc.ReadRequest) (*pulumirpc.Read
 }
 
 func (server) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+	cancelOnce.Do(func() { close(cancelled) })
 	return &emptypb.Empty{}, nil
 }
 
