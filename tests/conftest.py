@@ -27,6 +27,7 @@ from testbed.assets import AssetError, find_built, find_kube_binary, find_pulumi
 from testbed.control_plane import Binaries, ControlPlane, wait_established
 from testbed.controller_manager import ControllerManager
 from testbed.controller_manager import find_binary as find_controller_manager
+from testbed.finalizers import release_finalizers
 from testbed.flux import SourceController
 from testbed.flux import find_binary as find_source_controller
 from testbed.git_http import Account, GitHttpServer
@@ -113,11 +114,17 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
 
 @contextlib.contextmanager
 def fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """Create a namespace with a random name; delete it on exit (it never finishes)."""
+    """Create a namespace with a random name; delete it on exit.
+
+    Nothing deletes it on the worker's control plane (it has no namespace controller),
+    unless a test starts a kube-controller-manager there: its Stacks' finalizers are
+    released first, so that one then deletes it in one pass (``testbed.finalizers``).
+    """
     name = f"test-{secrets.token_hex(4)}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
+    release_finalizers(api_client, name)
     core.delete_namespace(name)
 
 

@@ -28,6 +28,7 @@ import yaml
 from kubernetes import client
 
 from testbed.control_plane import wait_established
+from testbed.finalizers import release_finalizers
 from testbed.node import deployment
 from testbed.node.cluster import NodeCluster
 from testbed.node.deployment import UID
@@ -66,6 +67,8 @@ def state_namespace(
             wait_for_service_account(client.CoreV1Api(api), namespace)
         yield namespace
     finally:
+        with cluster.api_client() as api:
+            release_finalizers(api, namespace)  # its operator is gone: or it never goes
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
         cluster.kubectl("delete", "pv", volume, "--wait=false")
 
