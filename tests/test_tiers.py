@@ -165,6 +165,38 @@ def test_the_hosts_tests_run_in_four_groups(pytester: pytest.Pytester) -> None:
     }
 
 
+SCENARIO = """
+import pytest
+
+@pytest.mark.node
+def test_under_the_pod_runner(request):
+    request.getfixturevalue("node_cluster")
+"""
+
+
+def test_a_test_uses_the_session_node_by_name_or_as_a_pod_runner_scenario(
+    pytester: pytest.Pytester,
+) -> None:
+    """``node_cluster`` among its fixtures, or an e2e scenario in ``host-pods``; no other."""
+    from tests.tiers import uses_session_node  # noqa: PLC0415 - the plugin's own import
+
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grouped=GROUPED)
+    pytester.mkpydir("e2e")
+    (pytester.path / "e2e" / "test_scenario.py").write_text(SCENARIO)
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    session = result.reprec.getcalls("pytest_collection_finish")[0].session  # type: ignore[attr-defined]
+    uses = {i.name: uses_session_node(i) for i in session.items}
+    assert uses == {
+        "test_node": True,
+        "test_breaks_the_node": True,
+        "test_image_only": False,
+        "test_own_cluster": False,
+        "test_integration": False,
+        "test_under_the_pod_runner": True,
+    }
+
+
 HOST_TESTS = """
 import os
 from pathlib import Path

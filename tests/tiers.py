@@ -241,6 +241,18 @@ def host_group(item: pytest.Item) -> str:
     return HOST_GROUP
 
 
+def uses_session_node(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the session's node cluster.
+
+    It names ``node_cluster`` among its fixtures, or it is an end-to-end scenario under
+    the pod runner (``host-pods``), whose bed asks for the node while it sets up.
+    """
+    if SESSION_NODE in getattr(item, "fixturenames", ()):
+        return True
+    group = item.get_closest_marker("xdist_group")
+    return group is not None and tuple(group.args[:1]) == (POD_GROUP,)
+
+
 def marks_of(fixturenames: Sequence[str]) -> set[str]:
     """The markers a test with these fixtures must carry."""
     return {mark for name in fixturenames for mark in FIXTURE_MARKS.get(name, ())}

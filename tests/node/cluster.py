@@ -43,10 +43,11 @@ from testbed.node.image_store import Archive
 from testbed.package_mirror import PackageMirror
 from testbed.plugin_mirror import PluginMirror
 from tests.conftest import kubernetes_provider_or_skip
+from tests.tiers import uses_session_node
 
 _clusters: list[NodeCluster] = []
 _early_stops: list[EarlyStop] = []
-NEEDS = "node_cluster"
+_in_use = [False]  # a test that used the node ran, and the node has not been stopped since
 
 
 class EarlyStop:
@@ -169,7 +170,7 @@ def node_cluster(
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail a test that needs the node cluster once it was stopped early (module doc)."""
-    if NEEDS in getattr(item, "fixturenames", ()) and any(s.stopped for s in _early_stops):
+    if uses_session_node(item) and any(s.stopped for s in _early_stops):
         pytest.fail(
             "the session's node cluster was stopped after its last test on this worker; "
             "a test needing it ran later, outside its xdist group (tests/tiers.py)"
@@ -181,14 +182,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After the worker's last test that needs the node cluster, stop it (module doc).
 
     Not while the next test is of the same module: a module-scoped fixture of the node's
-    would be torn down after it, on a stopped cluster (the session's end stops it then).
+    would be torn down after it, on a stopped cluster; the stop then waits for the first
+    test whose next one is of another module (or the session's end). A test "needs" the
+    node as ``tests.tiers.uses_session_node`` says: the pod runner's scenarios ask for it
+    through their bed, not by name, and their node was once left running to the end.
     """
-    if NEEDS not in getattr(item, "fixturenames", ()):
+    _in_use[0] = _in_use[0] or uses_session_node(item)
+    if not _in_use[0]:
         return
-    if nextitem is not None and (
-        NEEDS in getattr(nextitem, "fixturenames", ()) or nextitem.path == item.path
-    ):
+    if nextitem is not None and (uses_session_node(nextitem) or nextitem.path == item.path):
         return
+    _in_use[0] = False
     for stop in _early_stops:
         stop()
 
