@@ -37,6 +37,12 @@ from tests.status.invariants import StackWatcher
 
 pytestmark = [pytest.mark.node, pytest.mark.image, pytest.mark.e2e]
 
+# Seconds the run's create takes: it must outlast the namespace controller's deletion of
+# the run pod, which follows the namespace's within seconds; the interrupted CLI then waits
+# for the rest of it (the Python program's provider does not stop on Cancel) before the
+# pod, and so the namespace, can go.
+DELAY = "30"
+
 
 @contextlib.contextmanager
 def doomed_namespace(node_cluster: Any, state: Path, passphrase: str) -> Iterator[Stacks]:
@@ -158,7 +164,7 @@ def test_a_namespace_deleted_mid_run_without_destroy_on_finalize_goes(
     program = Program(node_git, tmp_path)
     pod_tenant.create(fault_stack(pod_tenant, "bystander", program))
     with doomed_namespace(node_cluster, state, sentinels.passphrase) as doomed:
-        body = fault_stack(doomed, "abandoned", program, delay="60")
+        body = fault_stack(doomed, "abandoned", program, delay=DELAY)
         delete_mid_run(node_cluster, doomed, state, body)
         gone(node_cluster, doomed.namespace)
     quiet_about(node_cluster, pod_tenant, "bystander", doomed.namespace)
@@ -180,7 +186,7 @@ def test_a_namespace_deleted_mid_run_with_destroy_on_finalize_waits_for_its_owne
     program = Program(node_git, tmp_path)
     pod_tenant.create(fault_stack(pod_tenant, "onlooker", program))
     with doomed_namespace(node_cluster, state, sentinels.passphrase) as doomed:
-        body = fault_stack(doomed, "kept", program, delay="60")
+        body = fault_stack(doomed, "kept", program, delay=DELAY)
         body["spec"]["destroyOnFinalize"] = True
         delete_mid_run(node_cluster, doomed, state, body)
         blocked = doomed.wait_seen("kept", "Ready", "DeletionBlocked", timeout=240)
