@@ -18,7 +18,13 @@ misses what no test process reaps: a session fixture's servers still running (co
 for the test whose teardown stops them, at the session's end) and a node's pods
 (children of containerd). Printed per folder and as the CPU-costliest tests.
 
-Guarantees: reads reports only; prints nothing when no test ran.
+Every test's phases, span, CPU and group are also kept in pytest's cache, for the next
+change to start from the whole list rather than the 30 slowest (``CACHE_KEY``:
+``.pytest_cache/v/pulumi-stack-operator/durations``, one JSON object per test id, the
+run's wall time beside them; the last run's replaces the one before).
+
+Guarantees: reads reports only; prints nothing when no test ran; writes the cache only
+from the controller (or the only process), and not at all without the cache plugin.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from tests.tiers import MARKERS, tier_of
 
 CPU_PROPERTY = "cpu_seconds"
 CPU_SHOWN = 15
+CACHE_KEY = "pulumi-stack-operator/durations"
 
 
 @dataclasses.dataclass
@@ -65,6 +72,7 @@ _groups: dict[str, _Folder] = collections.defaultdict(_Folder)
 _started = [time.monotonic()]
 _cpu_at_setup: dict[str, float] = {}
 _cpu_of_test: dict[str, float] = {}
+_records: dict[str, dict[str, float | str]] = {}
 
 
 def cpu_seconds() -> float:
@@ -123,11 +131,24 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     group = group_of(report.nodeid)
     if group:
         _groups[group].add(report)
+    record = _records.setdefault(report.nodeid, {"start": report.start, "group": group})
+    record[report.when] = round(report.duration, 3)
+    record["stop"] = report.stop
     for name, value in report.user_properties:
         if name == CPU_PROPERTY and isinstance(value, int | float):
             folder.cpu += value
             tier.cpu += value
             _cpu_of_test[report.nodeid] = value
+            record["cpu"] = value
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On the controller: keep every test's record in pytest's cache (module docstring)."""
+    cache = getattr(session.config, "cache", None)
+    if hasattr(session.config, "workerinput") or cache is None or not _records:
+        return
+    wall = round(time.monotonic() - _started[0], 1)
+    cache.set(CACHE_KEY, {"wall": wall, "tests": _records})
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

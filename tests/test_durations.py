@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,19 @@ def test_a_group_and_a_tier_show_their_span(pytester: pytest.Pytester, repo_on_p
 def test_the_group_is_the_suffix_xdist_gives_not_a_parameters_at(nodeid: str, group: str) -> None:
     """Only ``--dist loadgroup``'s suffix names a group."""
     assert durations.group_of(nodeid) == group
+
+
+def test_every_tests_record_is_kept_in_the_cache(summary: pytest.Pytester) -> None:
+    """Under xdist, the controller keeps each test's phases, span and CPU for the next run."""
+    result = summary.runpytest_subprocess("-n", "2")
+    result.assert_outcomes(passed=2)
+    key = summary.path / ".pytest_cache" / "v" / durations.CACHE_KEY
+    kept = json.loads(key.read_text())
+    assert kept["wall"] > 0
+    tests = kept["tests"]
+    assert set(tests) == {"test_cost.py::test_burns_cpu_in_a_child", "test_cost.py::test_sleeps"}
+    slept = tests["test_cost.py::test_sleeps"]
+    assert slept["call"] >= 0.3
+    assert slept["stop"] - slept["start"] >= slept["call"]
+    assert {"setup", "teardown", "cpu", "group"} <= set(slept)
+    assert tests["test_cost.py::test_burns_cpu_in_a_child"]["cpu"] > slept["cpu"]
