@@ -150,8 +150,14 @@ def test_a_flux_source_that_breaks_and_mends_is_waited_for_once_then_ready_again
 
 
 def waited_once(stacks: Stacks, flux: SourceController, name: str, source: str) -> None:
-    """``SourceNotReady``, and not written again while the source-controller retries."""
-    stacks.wait_reason(name, "Ready", "SourceNotReady", timeout=60)
+    """``SourceNotReady``, and not written again while the source-controller retries.
+
+    The writes are counted from the watch once it has delivered the version the poll saw:
+    counted earlier, a watch that lags the poll would add that same write later.
+    """
+    seen = stacks.wait_reason(name, "Ready", "SourceNotReady", timeout=60)
+    assert stacks.watcher is not None
+    stacks.watcher.wait_for(name, seen["metadata"]["resourceVersion"], timeout=30)
     writes = status_writes(stacks, name)
     for _ in range(3):  # each attempt of the source-controller rewrites its own status
         handled(flux, stacks.namespace, source)
