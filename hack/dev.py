@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import os
 import shutil
 import signal
@@ -321,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on Ready or a clean stop, 1 on failure, 130 if interrupted early."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM does what Ctrl-C does
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where it stands
     try:
         return run(args)
     except (DevError, ProcessError, subprocess.CalledProcessError) as err:

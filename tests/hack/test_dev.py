@@ -86,6 +86,21 @@ def test_until_ready_exits_0_with_the_sample_ready_and_nothing_left(tmp_path: Pa
     assert_nothing_left(state)
 
 
+def stopped(proc: subprocess.Popen[str], lines: list[str], timeout: float = 120) -> int:
+    """``proc``'s exit status; fails with its output and its threads' stacks if it hangs."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)  # the script's faulthandler: every thread's stack
+        wait_for(
+            lambda: any("most recent call first" in line for line in lines),
+            "hack/dev.py's stacks",
+            timeout=10,
+            interval=0.2,
+        )
+        pytest.fail(f"hack/dev.py did not stop within {timeout:.0f}s:\n" + "".join(lines))
+
+
 def test_ctrl_c_mid_update_stops_everything(tmp_path: Path) -> None:
     """SIGINT to the terminal's process group during the first update: a clean stop."""
     state = tmp_path / "dev"
@@ -116,7 +131,7 @@ def test_ctrl_c_mid_update_stops_everything(tmp_path: Path) -> None:
                     reader.join(10)
                     pytest.fail("no update started:\n" + "".join(lines))
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-            status = proc.wait(120)
+            status = stopped(proc, lines)
         finally:
             if proc.poll() is None:  # failed: take its servers (sessions of their own) too
                 kill_tree(proc.pid)
