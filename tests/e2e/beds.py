@@ -125,6 +125,7 @@ def pod_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
     cluster: NodeCluster = request.getfixturevalue("node_cluster")
     image: str = request.getfixturevalue("image_ref")
     request.getfixturevalue("node_stack_crd")
+    mirror: PluginMirror = request.getfixturevalue("node_files_mirror")
     deployment.state_directory(state)
     with state_namespace(cluster, state, CLAIM) as namespace:
         yield Bed(
@@ -134,7 +135,7 @@ def pod_bed(request: pytest.FixtureRequest, state: Path) -> Iterator[Bed]:
             git=request.getfixturevalue("node_git"),
             state=state,
             program_state=POD_STATE,
-            flags=("--runner=pod", f"--run-image={image}"),
+            flags=("--runner=pod", f"--run-image={image}", f"--plugin-mirror={mirror.url}"),
             workspace=deployment.state_workspace(CLAIM, str(POD_STATE)),
             owner=UID,
         )

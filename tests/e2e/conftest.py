@@ -88,11 +88,11 @@ FILES_PROGRAMS = {"yaml": "files-yaml", "python": "files"}
 """The files program in each language, by directory under ``testbed/programs``.
 
 Both manage one file with the same config, outputs and project name (``files``). The YAML
-one (through the test bed's file provider, served by the ``files_mirror``) is what the
-``program`` fixture gives off the node: a run costs a Go plugin's start. The Python one (a
-dynamic provider: two interpreters per run) is for run pods, whose image holds the Python
-SDK and no mirror of ours, for operators without the mirror, and for the tests that change
-the program's code.
+one (through the test bed's file provider, which every bed's operator downloads from a
+mirror: the ``files_mirror`` on this machine, the ``node_files_mirror`` for run pods) is
+what the ``program`` fixture gives: a run costs a Go plugin's start. The Python one (a
+dynamic provider: two interpreters per run) is for operators without the mirror and for
+the tests that change the program's code.
 """
 
 
@@ -100,11 +100,6 @@ def files_program(language: str = "python") -> dict[str, str]:
     """The files program's sources, by path in a program repository (under ``app/``)."""
     directory = PROGRAMS / FILES_PROGRAMS[language]
     return {f"app/{p.name}": p.read_text() for p in directory.iterdir() if p.is_file()}
-
-
-def files_language(bed: Bed) -> str:
-    """The files program's language for ``bed``'s runs: Python in run pods, else YAML."""
-    return "python" if bed.on_node else "yaml"
 
 
 class Program:
@@ -115,8 +110,8 @@ class Program:
     ) -> None:
         """Create the repository on ``server`` with one commit on main: ``language``'s program.
 
-        Python unless told: it runs anywhere (run pods included) without a plugin mirror;
-        the ``program`` fixture picks YAML where the bed's operator has the ``files_mirror``.
+        Python unless told: it runs anywhere without a plugin mirror; the ``program``
+        fixture picks YAML, whose provider every bed's operator has from its mirror.
 
         Tests push as CI would: over ``git://``, or straight into the bare repository
         (``file://``) when the server is the authenticated HTTP one.
@@ -488,8 +483,8 @@ def stacks(bed: Bed, sentinels: Sentinels) -> Iterator[Stacks]:
 
 @pytest.fixture
 def program(bed: Bed, tmp_path: Path) -> Program:
-    """A fresh repository with the files program, on the bed's git server."""
-    return Program(bed.git, tmp_path / "checkouts", files_language(bed))
+    """A fresh repository with the YAML files program, on the bed's git server."""
+    return Program(bed.git, tmp_path / "checkouts", "yaml")
 
 
 @pytest.fixture

@@ -68,7 +68,7 @@ def with_mirrors(bed: Bed, request: pytest.FixtureRequest, tmp_path: Path) -> It
     with cache_claim(cluster, bed.namespace, tmp_path / "cache"):
         yield dataclasses.replace(
             bed,
-            flags=(*bed.flags, f"--plugin-mirror={plugins.url}"),
+            flags=(*without_mirror(bed.flags), f"--plugin-mirror={plugins.url}"),
             workspace=with_env(bed.workspace or {}, mirror_env(packages)),
         )
 

@@ -24,7 +24,6 @@ from tests.e2e.conftest import (
     Sentinels,
     Stacks,
     basic_auth,
-    files_language,
     files_program,
     find,
     is_ready,
@@ -251,7 +250,7 @@ def test_drift_found_by_the_refresh_fails_the_run_until_it_is_undone(
 
 @off_node
 def test_a_failing_preview_is_retried_until_the_spec_fixes_it(
-    bed: Bed, stacks: Stacks, program: Program, operator: Operator
+    stacks: Stacks, program: Program, operator: Operator
 ) -> None:
     """``preview: true`` and required config missing: PreviewFailed, retried; the fix previews.
 
@@ -260,8 +259,7 @@ def test_a_failing_preview_is_retried_until_the_spec_fixes_it(
     del operator
     stacks.create(stacks.manifest("look", program, preview=True, config={"content": "one"}))
     obj = stacks.wait_reason("look", "Ready", "PreviewFailed")
-    python = files_language(bed) == "python"
-    missing = "files:path" if python else "missing configuration value 'path'"
+    missing = "missing configuration value 'path'"  # the YAML language host's words
     assert_shown(stacks, obj, "PreviewFailed", missing, reconciling=RETRYING)
 
     target = stacks.target("look")

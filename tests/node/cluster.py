@@ -41,7 +41,7 @@ from testbed.image import BuiltImage, save_archive
 from testbed.node import NodeBinaries, NodeCluster, missing_host_tools
 from testbed.node.image_store import Archive
 from testbed.package_mirror import PackageMirror
-from testbed.plugin_mirror import PluginMirror
+from testbed.plugin_mirror import PluginMirror, file_provider
 from tests.conftest import kubernetes_provider_or_skip
 from tests.tiers import uses_session_node
 
@@ -231,6 +231,18 @@ def node_plugin_mirror(request: pytest.FixtureRequest) -> Iterator[PluginMirror]
         yield mirror
     finally:
         mirror.stop()
+
+
+@pytest.fixture(scope="session")
+def node_files_mirror(node_cluster: NodeCluster) -> Iterator[PluginMirror]:
+    """The test bed's file provider served on the host end of the node's network.
+
+    The YAML files program's provider for run pods: an operator on the node is given
+    ``--plugin-mirror=<node_files_mirror.url>`` and its run pods download the provider from
+    it, as the ``files_mirror`` serves the operators of this machine.
+    """
+    with PluginMirror([file_provider()], host=node_cluster.host_ip) as mirror:
+        yield mirror
 
 
 @pytest.fixture(scope="session")
