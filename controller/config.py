@@ -36,6 +36,7 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import re
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -147,6 +148,27 @@ def positive(kind: type[float]) -> Callable[[str], float]:
         return number
 
     return parse
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def duration(value: str) -> float:
+    """An argparse ``type``: seconds, 0 or more, as a number or a duration (90s, 2m, 1h30m)."""
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        match = _DURATION.fullmatch(text)
+        if not text or match is None:
+            msg = f"{value!r} is not a duration (seconds, or a number with h, m and s: 90s, 2m)"
+            raise argparse.ArgumentTypeError(msg) from None
+        hours, minutes, secs = (float(part) if part else 0.0 for part in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds < 0 or seconds != seconds or seconds == float("inf"):  # noqa: PLR0124 - NaN
+        msg = f"{value!r} must be a finite duration of 0 or more"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
 
 
 def non_negative_int(value: str) -> int:

@@ -1,6 +1,7 @@
 """Command-line entry point (``pulumi-stack-operator``, ``python -m pulumi_stack_operator``).
 
-Two programs share it: the operator, and a run pod's agent (``agent`` first). Each
+Two programs share it: the operator, and a run pod's agent (``agent`` first; ``agent
+take`` hands a warm run pod its next job, ``pulumi_stack_operator.warm``). Each
 imports only its own modules, inside its branch: the agent starts twice per pod run (the
 checkout, then the run), so the operator's modules (the Kubernetes client, its config
 loaders and models: about 0.3 s and 20 MiB) must not be imported on its way.
@@ -21,6 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     The operator's flags are parsed first (exit 2 on bad input).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["agent", "take"]:  # a warm run pod's next job, handed over: nothing else
+        from pulumi_stack_operator import warm  # noqa: PLC0415
+
+        return warm.take_main(sys.stdin, sys.stdout, os.environ)
     if args[:1] == ["agent"]:
         configure_logging("json", "info")
         from pulumi_stack_operator import agent  # noqa: PLC0415

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,7 @@ from typing import Final
 from controller.clock import RealClock
 from controller.signals import relay_signals
 from controller.tracing import TraceContext
+from pulumi_stack_operator import warm
 from pulumi_stack_operator.fence import SETTLE_BOUND, Fence, PodPresence
 from pulumi_stack_operator.pulumi_cli import VERSION_MEMO, pulumi_command
 from workspace.runner import (
@@ -67,13 +69,14 @@ from workspace.runner import (
     envfile,
     failed_outcome,
     fitted,
+    job_line,
     outcome_line,
     parse_line,
     progress_line,
 )
 from workspace.runner.document import JobDocument, ValueRef
 from workspace.runner.envfile import ENV_VARIABLE
-from workspace.runner.job import SOURCE_DIR, trace_of
+from workspace.runner.job import SOURCE_DIR, TRACE_VARIABLES, trace_of
 from workspace.runner.job import WORKSPACE as POD_WORKSPACE
 from workspace.runner.layout import lay_out, program_in
 from workspace.runner.lease import LeaseKeeper, Settled, settle_own
@@ -197,11 +200,44 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     if checks_out:
         check_out(job)
     spent: list[LeaseKeeper] = []
-    outcome = fitted(with_checkout_seconds(run(job, environ, stop, spent)))
+    report(run(job, environ, stop, spent), spent)
+    window = warm.keep_warm(environ)
+    if checks_out and window:
+        serve_warm(environ, stop, window)
+    return 0
+
+
+def report(outcome: Outcome, spent: list[LeaseKeeper]) -> None:
+    """Print ``outcome`` on the report channel, then release the locks a stopped CLI left."""
+    outcome = fitted(with_checkout_seconds(outcome))
     print(outcome_line(outcome), flush=True)  # noqa: T201 - the report channel is stdout
     for keeper in spent:  # once reported: the lock a stopped CLI left goes
         keeper.release_spent()
-    return 0
+
+
+def serve_warm(environ: Mapping[str, str], stop: threading.Event, window: float) -> None:
+    """Run the jobs handed over (``warm``) until ``window`` seconds pass without one or stop.
+
+    Each starts with its ``job_line`` in a container without the last run's processes and
+    with an empty source directory, and checks its source out as the first did.
+    """
+    inbox = warm.inbox_of(environ)
+    while not stop.is_set() and (delivery := inbox.wait(stop, window, CLOCK)) is not None:
+        print(job_line(delivery.mark), flush=True)  # noqa: T201 - the report channel
+        warm.kill_leftovers()
+        reset_workspace()
+        job_environ = delivery.environment(environ, TRACE_VARIABLES)
+        job = AgentJob.from_environment(job_environ)
+        check_out(job)
+        spent: list[LeaseKeeper] = []
+        report(run(job, job_environ, stop, spent), spent)
+
+
+def reset_workspace() -> None:
+    """Empty the source directory and forget the last checkout's records."""
+    shutil.rmtree(SOURCE, ignore_errors=True)
+    for record in (CHECKOUT_FAILED, CHECKOUT_SECONDS):
+        record.unlink(missing_ok=True)
 
 
 def checkout_only(environ: Mapping[str, str]) -> int:

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from controller.config import Application, Config, parse, positive
+from controller.config import Application, Config, duration, parse, positive
 from controller.config import build_parser as build_manager_parser
 from controller.names import is_dns_label, is_dns_subdomain
 from pulumi_stack_operator.telemetry import TracingConfigError, check_url
@@ -71,6 +71,8 @@ class OperatorConfig:
     ``workspaceTemplate`` neither requests nor limits (empty: none)."""
     otel_endpoint: str | None = None
     """The OTLP/gRPC collector of ``--otel-endpoint``; None: the ``OTEL_*`` variables say."""
+    run_pod_keep_warm: float = 0.0
+    """``pod`` runner: seconds a run pod that reported waits for its Stack's next run (0: none)."""
 
 
 _QUANTITY = re.compile(r"(?P<number>\d+)(?P<unit>[KMGT]i?)?")
@@ -288,6 +290,17 @@ def _add_runner_flags(parser: argparse.ArgumentParser) -> None:
         "namespace's LimitRange (default: cpu=100m,memory=256Mi)",
     )
     add(
+        "--run-pod-keep-warm",
+        type=duration,
+        default=0.0,
+        help="--runner=pod: how long a run pod that has reported its run waits for its "
+        "Stack's next run, which it then takes instead of a new pod (a burst of changes pays "
+        "one pod start), as seconds or a duration (60s, 2m); only a pod whose run checks its "
+        "source out itself (no gitAuth, no init containers, the operator's image) and whose "
+        "Secrets and ConfigMaps are unchanged takes a run; the operator needs pods/exec; the "
+        "pulumi_stack_run_pods_idle gauge counts the pods waiting; 0 keeps none (default: 0)",
+    )
+    add(
         "--otel-endpoint",
         type=collector_url,
         default=None,
@@ -352,6 +365,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         plugin_mirror=args.plugin_mirror,
         run_cache_claim=args.run_cache_claim,
         run_pod_requests=args.run_pod_requests,
+        run_pod_keep_warm=args.run_pod_keep_warm,
         otel_endpoint=args.otel_endpoint,
         max_run_timeout=args.max_run_timeout,
         source_discovery_period=args.source_discovery_period,

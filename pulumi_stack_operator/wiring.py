@@ -102,6 +102,7 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
         clock=context.clock,
         field_manager=cfg.manager.field_manager,
         requests=cfg.run_pod_requests,
+        keep_warm=cfg.run_pod_keep_warm,
     )
 
 

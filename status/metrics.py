@@ -394,12 +394,31 @@ class RunPodMetrics:
             buckets=START_BUCKETS,
             registry=registry,
         )
+        self.reused = Counter(
+            "pulumi_stack_run_pods_reused",
+            "Runs handed to a warm run pod (--run-pod-keep-warm) instead of a new one.",
+            registry=registry,
+        )
+        self.idle = Gauge(
+            "pulumi_stack_run_pods_idle",
+            "Warm run pods (--run-pod-keep-warm) that have reported their run and wait for "
+            "their Stack's next one.",
+            registry=registry,
+        )
         for reason in vocabulary.pod_failure_reasons:
             self.failed.labels(reason)
 
     def pod_created(self) -> None:
         """One run pod was created."""
         self.created.inc()
+
+    def pod_reused(self) -> None:
+        """One run was handed to a warm run pod instead of a new one."""
+        self.reused.inc()
+
+    def idle_pods(self, count: int) -> None:
+        """``count`` warm run pods are idle now."""
+        self.idle.set(count)
 
     def pod_failed(self, reason: str) -> None:
         """One run ended without an outcome for ``reason``."""

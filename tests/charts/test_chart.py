@@ -478,6 +478,24 @@ def test_tenancy_values_reach_the_operator(helm: Helm) -> None:
 
 
 @helm_test
+def test_a_warm_window_reaches_the_operator_with_the_exec_it_needs(helm: Helm) -> None:
+    """``runPodKeepWarm``: the flag and ``pods/exec``; unset or zero, neither."""
+    for given, seconds in [("60s", 60.0), ("2m", 120.0), (45, 45.0)]:
+        objects = render_chart(helm, {"runPodKeepWarm": given})
+        assert operator_config(objects, SYSTEM_NAMESPACE).run_pod_keep_warm == seconds
+        assert {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]} in (
+            rules_of(objects, "ClusterRole", RELEASE)
+        )
+    for off in ("0", "0s"):
+        objects = render_chart(helm, {"runPodKeepWarm": off})
+        assert "--run-pod-keep-warm" not in json.dumps(objects)
+        assert "pods/exec" not in json.dumps(objects)
+    namespaced = render_chart(helm, {"runPodKeepWarm": "30s", "watchNamespaces": ["team-a"]})
+    role = by_identity(namespaced)[("Role", "team-a", RELEASE)]
+    assert any("pods/exec" in rule["resources"] for rule in role["rules"])
+
+
+@helm_test
 def test_run_pod_requests_reach_the_operator(helm: Helm) -> None:
     """``runPodRequests`` is the flag, passed only when it is not the operator's default."""
     for given, requests in [
@@ -686,6 +704,8 @@ def test_resources(helm: Helm) -> None:
         pytest.param({"watchNamespaces": ["Team_A"]}, "watchNamespaces", id="bad-namespace"),
         pytest.param({"replica": 2}, "replica", id="unknown-key"),
         pytest.param({"runPodRequests": "gpu=1"}, "runPodRequests", id="bad-requests"),
+        pytest.param({"runPodKeepWarm": "soon"}, "runPodKeepWarm", id="bad-window"),
+        pytest.param({"runPodKeepWarm": -5}, "runPodKeepWarm", id="negative-window"),
         pytest.param({"extraEnv": [{"value": "x"}]}, "extraEnv", id="env-without-name"),
         pytest.param({"extraArgs": ["workers=4"]}, "extraArgs", id="arg-not-a-flag"),
         pytest.param({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy", id="pull-policy"),

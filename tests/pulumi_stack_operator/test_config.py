@@ -163,6 +163,17 @@ def test_run_pod_requests() -> None:
             resource_requests(bad)
 
 
+def test_run_pod_keep_warm() -> None:
+    """Off (0) unless told; seconds or a duration; its variable; nothing negative or vague."""
+    assert parse_config([], {}).run_pod_keep_warm == 0.0
+    for given, seconds in [("60", 60.0), ("60s", 60.0), ("2m", 120.0), ("1h30m", 5400.0)]:
+        assert parse_config([f"--run-pod-keep-warm={given}"], {}).run_pod_keep_warm == seconds
+    assert parse_config([], {"PSO_RUN_POD_KEEP_WARM": "90s"}).run_pod_keep_warm == 90.0
+    for bad in ("-1", "soon", "5x", "inf", "nan", "m", ""):
+        with pytest.raises(SystemExit):
+            parse_config([f"--run-pod-keep-warm={bad}"], {})
+
+
 def test_source_discovery_period() -> None:
     """30 s unless the flag or its variable says otherwise; never zero or negative."""
     assert parse_config([], {}).source_discovery_period == 30.0

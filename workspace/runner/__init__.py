@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from workspace.runner.base import Runner, RunnerTraits
-from workspace.runner.channel import fitted, outcome_line, parse_line, progress_line
+from workspace.runner.channel import fitted, job_line, outcome_line, parse_line, progress_line
 from workspace.runner.job import (
     ENV_SOURCES,
     GIT_ENV_PREFIX,
@@ -98,6 +98,7 @@ __all__ = [
     "UpdateRequest",
     "failed_outcome",
     "fitted",
+    "job_line",
     "outcome_line",
     "parse_line",
     "progress_line",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, get_args
 
@@ -31,6 +32,18 @@ from workspace.source import SourceFailure
 
 PREFIX = "@pulumi-stack-operator "
 MAX_LINE = 4 * 1024 * 1024  # bytes: longer lines are not reports (and are not kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobMark:
+    """Where a warm run pod's agent starts a job handed to it: the reports after are its."""
+
+    token: str
+
+
+def job_line(token: str) -> str:
+    """The report line that starts the job ``token`` in a warm run pod's log."""
+    return PREFIX + json.dumps({"job": token}, separators=(",", ":"))
 
 
 def progress_line(progress: Progress) -> str:
@@ -90,7 +103,7 @@ def fitted(outcome: Outcome, limit: int = MAX_LINE // 2) -> Outcome:
     return dataclasses.replace(outcome, outputs=outputs)
 
 
-def parse_line(line: str) -> Progress | Outcome | None:
+def parse_line(line: str) -> Progress | Outcome | JobMark | None:
     """The report a log line carries; None for any other line or a malformed report."""
     if not line.startswith(PREFIX) or len(line) > MAX_LINE:
         return None
@@ -98,13 +111,16 @@ def parse_line(line: str) -> Progress | Outcome | None:
         decoded = json.loads(line[len(PREFIX) :])
         if not isinstance(decoded, dict) or len(decoded) != 1:
             return None
-        if "progress" in decoded:
-            return _progress(decoded["progress"])
-        if "outcome" in decoded:
-            return _outcome(decoded["outcome"])
+        [(kind, body)] = decoded.items()
+        return _REPORTS[kind](body) if kind in _REPORTS else None
     except (ValueError, TypeError, KeyError):
         return None
-    return None
+
+
+def _job_mark(body: object) -> JobMark:
+    if not isinstance(body, str):
+        raise TypeError("a job mark is a token")
+    return JobMark(body)
 
 
 def _progress(body: dict[str, Any]) -> Progress:
@@ -217,3 +233,10 @@ def _time(value: object) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError(value)
     return parsed
+
+
+_REPORTS: dict[str, Callable[[Any], Progress | Outcome | JobMark]] = {
+    "progress": _progress,
+    "outcome": _outcome,
+    "job": _job_mark,
+}

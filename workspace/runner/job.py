@@ -210,6 +210,7 @@ _SOURCE_KEYS = ("secret", "plain", "secretPrefixes")
 
 TRACEPARENT_ENV = "PSO_TRACEPARENT"
 TRACE_ENDPOINT_ENV = "PSO_OTEL_TRACES"
+TRACE_VARIABLES = (TRACEPARENT_ENV, TRACE_ENDPOINT_ENV)  # a job's own: replaced per job
 
 
 def trace_env(trace: TraceContext | None) -> dict[str, str]:

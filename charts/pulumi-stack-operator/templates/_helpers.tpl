@@ -77,6 +77,13 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+{{- if include "pso.keepWarm" . }}
+# --run-pod-keep-warm: a run handed to a waiting run pod (agent take, through an exec; a
+# websocket exec is checked as get, newer API servers also check create).
+- apiGroups: [""]
+  resources: [pods/exec]
+  verbs: [get, create]
+{{- end }}
 # The pod runner: whether a Stack's namespace has the cache claim its run pods mount.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
@@ -113,3 +120,11 @@ watched namespace. No create/delete of Stacks, no list/watch of Secrets.
 {{- define "pso.metricsPort" -}}
 {{- if .Values.metrics.secure }}8443{{ else }}8080{{ end -}}
 {{- end -}}
+
+{{/*
+"true" when run pods are kept warm (runPodKeepWarm set and not zero), else "".
+*/}}
+{{- define "pso.keepWarm" -}}
+{{- $window := toString .Values.runPodKeepWarm -}}
+{{- if not (has $window (list "" "0" "0s" "0m" "0h" "0.0")) -}}true{{- end -}}
+{{- end }}

@@ -35,6 +35,7 @@ from typing import Any, Self
 import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
@@ -43,9 +44,13 @@ from controller.failures import Backoff, FailureStreak
 from workspace.runner.channel import MAX_LINE
 from workspace.runner.job import RunJob
 from workspace.runner.pod import spec as podspec
+from workspace.runner.pod.execs import Exec, run_in
 from workspace.runner.pod.state import Pod, resource_version
 
 log = structlog.get_logger(__name__)
+
+TAKE_COMMAND = ("pulumi-stack-operator", "agent", "take")  # a warm pod's handover
+TAKE_TIMEOUT = 20.0  # seconds the handover may take
 
 API_TIMEOUT = 30  # seconds: connect and read of one API call
 LOG_READ_TIMEOUT = 120  # seconds of a silent log stream before the pod is looked at again
@@ -124,6 +129,61 @@ class PodApi:
         except ApiException as err:
             if err.status not in (404, 422):  # gone, or already another pod
                 raise
+
+    def mark_taken(self, job: RunJob, uid: str, annotations: dict[str, str]) -> None:
+        """Annotate the warm run pod ``uid`` with the run it took; no longer concluded.
+
+        As ``mark_concluded``: tests the uid first, leaves a pod gone or replaced alone,
+        raises ``ApiException`` for any other refusal.
+        """
+        concluded = _pointer(podspec.ANNOTATION_CONCLUDED)
+        patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+        patch += [
+            {"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+            for k, v in annotations.items()
+        ]
+        patch.append({"op": "remove", "path": f"/metadata/annotations/{concluded}"})
+        try:
+            self.core.patch_namespaced_pod(
+                podspec.pod_name(job.owner.name),
+                job.namespace,
+                patch,
+                field_manager=self.field_manager,
+                _content_type="application/json-patch+json",
+                _request_timeout=API_TIMEOUT,
+            )
+        except ApiException as err:
+            if err.status not in (404, 422):  # gone, or already another pod
+                raise
+
+    def versions(self, namespace: str, references: list[str]) -> dict[str, str] | None:
+        """The resourceVersion of each ``secret/<name>`` or ``configmap/<name>``.
+
+        None when one cannot be read (missing, forbidden, the API server away).
+        """
+        found = {}
+        for reference in references:
+            kind, name = reference.split("/", 1)
+            read = (
+                self.core.read_namespaced_secret
+                if kind == "secret"
+                else self.core.read_namespaced_config_map
+            )
+            try:
+                obj = read(name, namespace, _request_timeout=API_TIMEOUT)
+            except (ApiException, HTTPError, OSError):
+                return None
+            found[reference] = str(obj.get("metadata", {}).get("resourceVersion", ""))
+        return found
+
+    def take(self, job: RunJob, line: str, timeout: float = TAKE_TIMEOUT) -> tuple[int | None, str]:
+        """Run ``agent take`` in the Stack's run pod with ``line`` on its stdin.
+
+        ``execs.run_in``: its exit status (None: not ended within ``timeout`` seconds) and
+        its stdout; ``ApiException`` when the exec cannot start.
+        """
+        where = Exec(job.namespace, podspec.pod_name(job.owner.name), podspec.CONTAINER)
+        return run_in(self.core.api_client, where, TAKE_COMMAND, line + "\n", timeout)
 
     def has_claim(self, namespace: str, claim: str) -> bool:
         """Whether ``namespace`` has the PersistentVolumeClaim ``claim``.
@@ -345,3 +405,8 @@ def close_stream(response: BaseHTTPResponse) -> None:
     with contextlib.suppress(Exception):
         response.release_conn()
         response.close()
+
+
+def _pointer(key: str) -> str:
+    """``key`` escaped as one JSON pointer token."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -45,12 +45,13 @@ from urllib3.exceptions import HTTPError
 from urllib3.response import BaseHTTPResponse
 
 from controller.clock import Clock
-from workspace.runner.channel import parse_line
+from workspace.runner.channel import JobMark, parse_line
 from workspace.runner.job import RunJob
 from workspace.runner.pod import node as podnode
 from workspace.runner.pod import spec as podspec
 from workspace.runner.pod import state as podstate
 from workspace.runner.pod.api import PodApi, PodChanges, close_stream, lines, unblock
+from workspace.runner.pod.idle import IdlePods
 from workspace.runner.pod.state import Pod
 from workspace.runner.types import (
     Detached,
@@ -80,6 +81,12 @@ class PodMetrics(Protocol):
         """One run pod was created."""
         ...
 
+    def pod_reused(self) -> None:
+        """One run was handed to a warm run pod instead of a new one."""
+
+    def idle_pods(self, count: int) -> None:
+        """``count`` warm run pods are idle now."""
+
     def pod_failed(self, reason: str) -> None:
         """One run ended without an outcome, for ``reason`` (the pod's own)."""
         ...
@@ -102,6 +109,7 @@ class Following:
     metrics: PodMetrics
     grace: float  # seconds the agent has to interrupt the CLI once the pod is deleted
     start_timeout: float  # seconds a pod may stay unscheduled or not started
+    idle: IdlePods | None = None  # warm pods kept once concluded (None: none are kept)
 
 
 class PodRun:
@@ -116,11 +124,18 @@ class PodRun:
         started: datetime,
         *,
         keep: bool = False,
+        mark: str | None = None,
     ) -> None:
-        """Follow ``pod`` of ``job`` running ``operation``; ``keep`` leaves it undeleted."""
+        """Follow ``pod`` of ``job`` running ``operation``; ``keep`` leaves it undeleted.
+
+        ``mark``: the run was handed to a warm pod (``podspec.ANNOTATION_MARK``); only the
+        reports after its ``JobMark`` are its own, and the pod's start is not its.
+        """
         self._with, self.job, self.operation, self.started = following, job, operation, started
         self.uid, self.name = podstate.uid(pod), podstate.name(pod)
-        self.created = podstate.created_at(pod)
+        self.mark = mark
+        self.created = podstate.created_at(pod) if mark is None else None
+        self.reported = False  # the agent reported an outcome, which the run took
         self.last, self.keep = pod, keep
         self.interrupted = False
         self.started_seen = False
@@ -193,7 +208,7 @@ class PodRun:
         )
         watcher.start()
         try:
-            outcome = read_log(response, on_progress)
+            outcome = read_log(response, on_progress, self.mark)
         finally:
             reading.set()
             watcher.join()
@@ -277,7 +292,7 @@ class PodRun:
         self.started_seen = True
         at = podstate.container_started_at(pod)
         changed = self.job.changed_at
-        if at is not None and changed is not None:
+        if at is not None and changed is not None and self.mark is None:
             self._with.metrics.spec_to_running(max(0.0, (at - changed).total_seconds()))
         if at is not None and self.created is not None:
             self._with.metrics.pod_started(max(0.0, (at - self.created).total_seconds()))
@@ -298,6 +313,7 @@ class PodRun:
             self._last_of(self._caught_up(self.changes))
         if not outcome.succeeded and outcome.error not in NOT_PROGRAMS:
             self.end = self._container_end(stop)
+        self.reported = not unasked and outcome.error is not ErrorKind.INTERRUPTED
         self.release(ended=True)
         if outcome.operation != self.operation:
             message = f"the run pod reported a {outcome.operation}, not the {self.operation} it ran"
@@ -350,6 +366,8 @@ class PodRun:
         """
         if self.keep:
             return
+        if ended and not self.interrupted and self._kept_warm():
+            return
         if ended and not self.interrupted and self.job.reclaim == podspec.RETAIN:
             at = self._with.clock.wall().isoformat()
             try:
@@ -364,6 +382,26 @@ class PodRun:
                 log.info("Keeping the finished run pod (Retain)", pod=self.name)
                 return
         self._with.api.delete(self.job, self.uid)
+
+    def _kept_warm(self) -> bool:
+        """Keep a warm pod whose agent reported and waits for the next run (``IdlePods``).
+
+        Annotated as concluded first, so that no follow takes its outcome again; one that
+        cannot be annotated, or has ended, is not kept.
+        """
+        idle, last = self._with.idle, self.last
+        if idle is None or not self.reported or not podspec.is_warm(last):
+            return False
+        if podstate.finished(last) or podstate.container_terminated(last):
+            return False
+        try:
+            self._with.api.mark_concluded(self.job, self.uid, self._with.clock.wall().isoformat())
+        except ApiException as err:
+            log.warning("Cannot mark the warm run pod concluded; deleting it", status=err.status)
+            return False
+        log.info("Keeping the run pod warm for the Stack's next run", pod=self.name)
+        idle.kept(self.job, last)
+        return True
 
     def _container_end(self, stop: threading.Event) -> Pod | None:
         """The pod once its run container ended: at most ``END_LOOK`` s, not past ``stop``."""
@@ -435,18 +473,24 @@ DELETED_BY = (
 )
 
 
-def read_log(response: BaseHTTPResponse, on_progress: ProgressCallback) -> Outcome | None:
+def read_log(
+    response: BaseHTTPResponse, on_progress: ProgressCallback, mark: str | None = None
+) -> Outcome | None:
     """Report the log's progress lines as they come; the outcome, at its line.
 
     The agent prints its outcome as its last line, then exits: the run concludes at that
     line, not at the stream's end (the container's exit, about a second later), so the
     pod is released while the agent's interpreter winds down. None: the stream ended (or
-    broke) before an outcome line, and the caller looks at the pod.
+    broke) before an outcome line, and the caller looks at the pod. With ``mark`` (a run
+    handed to a warm pod) the reports before its ``JobMark`` are earlier runs' and skipped.
     """
+    waiting = mark is not None
     try:
         for line in lines(response):
             report = parse_line(line)
-            if isinstance(report, Progress):
+            if waiting:
+                waiting = report != JobMark(str(mark))
+            elif isinstance(report, Progress):
                 _report(on_progress, report)
             elif isinstance(report, Outcome):
                 return report

@@ -74,7 +74,9 @@ from workspace.runner.base import JobRunner, RunnerTraits
 from workspace.runner.job import RunJob
 from workspace.runner.pod import spec as podspec
 from workspace.runner.pod import state as podstate
+from workspace.runner.pod import warm
 from workspace.runner.pod.api import PodApi, PodChanges
+from workspace.runner.pod.idle import IdlePods
 from workspace.runner.pod.legs import legs
 from workspace.runner.pod.run import (
     STOP_CHECK,
@@ -113,6 +115,12 @@ class _NoMetrics:
     def pod_created(self) -> None:
         pass
 
+    def pod_reused(self) -> None:
+        pass
+
+    def idle_pods(self, count: int) -> None:
+        del count
+
     def pod_failed(self, reason: str) -> None:
         del reason
 
@@ -142,24 +150,30 @@ class PodRunner(JobRunner):
         clock: Clock | None = None,
         field_manager: str | None = None,
         requests: Mapping[str, str] = podspec.DEFAULT_REQUESTS,
+        keep_warm: float = 0.0,
     ) -> None:
         """Create pods of ``image`` through ``api_client``; time them on ``clock``.
 
         ``caching`` says which claim of a Stack's namespace its run pods mount as their
         dependency cache (when it exists), its limit and the plugin mirror; the pods are
         written as ``field_manager``; ``requests`` are a run's resource requests where its
-        Stack sets none.
+        Stack sets none; ``keep_warm``: seconds a run pod waits for its Stack's next run
+        (0: none waits; see "Warm run pods" in the module docstring).
         """
         self.api = PodApi(api_client, field_manager)
         self.image = image
         self.caching = caching or RunCaching()
         self.requests = dict(requests)
+        self.keep_warm = keep_warm
+        given = metrics or _NoMetrics()
+        clock = clock or RealClock()
         self._with = Following(
             api=self.api,
-            clock=clock or RealClock(),
-            metrics=metrics or _NoMetrics(),
+            clock=clock,
+            metrics=given,
             grace=interrupt_grace,
             start_timeout=start_timeout,
+            idle=IdlePods(self.api, clock, given.idle_pods) if keep_warm > 0 else None,
         )
 
     def attach(
@@ -233,10 +247,14 @@ class PodRunner(JobRunner):
             tracing().record(leg.name, leg.start, leg.end, where)
 
     def _follow(self, job: RunJob, pod: Pod, operation: str, *, keep: bool = False) -> PodRun:
-        """Follow ``pod``, which must start within the start timeout bounded by the deadline."""
+        """Follow ``pod``, which must start within the start timeout bounded by the deadline.
+
+        A warm pod's run is followed from its mark (``podspec.ANNOTATION_MARK``).
+        """
         limit = start_limit(self._with.start_timeout, job.timeout)
         following = dataclasses.replace(self._with, start_timeout=limit)
-        return PodRun(following, job, pod, operation, self._now(), keep=keep)
+        mark = podstate.annotation(pod, podspec.ANNOTATION_MARK)
+        return PodRun(following, job, pod, operation, self._now(), keep=keep, mark=mark)
 
     def _operate(
         self,
@@ -248,22 +266,33 @@ class PodRunner(JobRunner):
         existing = self.api.read(job)
         if existing is not None and podstate.is_run(existing, job, operation):
             return self._run(self._follow(job, existing, operation), on_progress, stop)
+        manifest = self._manifest(job, operation)
+        if existing is not None and warm.fits(existing, manifest, job, self._with.clock.wall()):
+            taken = self._hand_over(job, existing, operation)
+            if taken is not None:
+                return self._run(taken, on_progress, stop)
         if existing is not None:
+            if self._with.idle is not None:
+                self._with.idle.forget(job, podstate.uid(existing))
             cleared = self._clear(job, existing, operation, stop)
             if cleared is not None:
                 return cleared
         if stop.is_set():  # stopped while an earlier pod ended: start nothing
             return self._stopped(operation, stop)
-        return self._create(job, operation, on_progress, stop)
+        return self._create(job, operation, manifest, on_progress, stop)
 
-    def _create(
-        self,
-        job: RunJob,
-        operation: Operation,
-        on_progress: ProgressCallback,
-        stop: threading.Event,
-    ) -> RunResult:
-        manifest = podspec.run_pod(
+    def _manifest(self, job: RunJob, operation: Operation) -> Pod:
+        """The run pod for ``job``: warm (its fit key annotated) when it may be kept so.
+
+        Not warm when the Secrets and ConfigMaps it reads cannot be read for the key.
+        """
+        manifest = self._pod(job, operation, self.keep_warm)
+        if podspec.is_warm(manifest) and not warm.annotate(manifest, self.api, job.namespace):
+            return self._pod(job, operation, 0.0)
+        return manifest
+
+    def _pod(self, job: RunJob, operation: Operation, keep_warm: float) -> Pod:
+        return podspec.run_pod(
             job,
             operation,
             image=self.image,
@@ -271,7 +300,31 @@ class PodRunner(JobRunner):
             caching=self.caching,
             cached=self.has_cache_claim(job.namespace),
             requests=self.requests,
+            keep_warm=keep_warm,
         )
+
+    def _hand_over(self, job: RunJob, pod: Pod, operation: Operation) -> PodRun | None:
+        """Hand the run to the Stack's idle warm pod; its follow, or None if not taken."""
+        handed = warm.hand_over(self.api, job, pod, operation)
+        if handed is None:
+            return None
+        uid = podstate.uid(pod)
+        if self._with.idle is not None:
+            self._with.idle.forget(job, uid)
+        self._with.metrics.pod_reused()
+        log.info("Handed the run to the warm run pod", pod=podstate.name(pod), operation=operation)
+        limit = start_limit(self._with.start_timeout, job.timeout)
+        following = dataclasses.replace(self._with, start_timeout=limit)
+        return PodRun(following, job, pod, operation, self._now(), mark=handed)
+
+    def _create(
+        self,
+        job: RunJob,
+        operation: Operation,
+        manifest: Pod,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> RunResult:
         try:
             pod = self.api.create(job, manifest)
         except ApiException as err:

@@ -44,6 +44,7 @@ Guarantees of ``run_pod``:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -51,6 +52,7 @@ from typing import Any, Final
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
 from workspace.runner.job import (
     ENV_SOURCES,
+    TRACE_VARIABLES,
     WORKSPACE,
     EnvSources,
     RunJob,
@@ -75,6 +77,23 @@ ANNOTATION_OPERATION = "pulumi-stack-operator.dev/operation"
 # such a pod is never followed again, only deleted by the Stack's next run.
 ANNOTATION_CONCLUDED = "pulumi-stack-operator.dev/concluded"
 RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
+# A warm run pod (``--run-pod-keep-warm``): what it must match to take a later run
+# (``fit_key``), and the mark of the run it was handed last (``pulumi_stack_operator.warm``).
+ANNOTATION_WARM = "pulumi-stack-operator.dev/warm"
+ANNOTATION_MARK = "pulumi-stack-operator.dev/job-mark"
+KEEP_WARM_ENV = "PSO_KEEP_WARM"
+WARM_LIFE = 3600  # seconds a warm pod may live past its first run's own deadline
+JOB_VARIABLES = frozenset({"PSO_JOB", "PSO_OPERATION", *TRACE_VARIABLES})  # a run's own
+RUN_ANNOTATIONS = frozenset(
+    {
+        ANNOTATION_GENERATION,
+        ANNOTATION_COMMIT,
+        ANNOTATION_OPERATION,
+        ANNOTATION_CONCLUDED,
+        ANNOTATION_WARM,
+        ANNOTATION_MARK,
+    }
+)
 AGENT_COMMAND = ("/usr/bin/tini", "--", "pulumi-stack-operator", "agent")
 CHECKOUT_ARGS = ("checkout",)  # the init container's: the checkout only
 CHECKOUT_AND_RUN_ARGS = ("checkout", "run")  # a run container that checks out itself
@@ -120,6 +139,7 @@ def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
     caching: RunCaching | None = None,
     cached: bool = False,
     requests: Mapping[str, str] = DEFAULT_REQUESTS,
+    keep_warm: float = 0.0,
 ) -> dict[str, Any]:
     """The manifest of the pod that runs ``operation`` for ``job`` (see the module doc).
 
@@ -127,18 +147,102 @@ def run_pod(  # noqa: PLR0913 - the pod's inputs, all but two keyword-only
     between SIGTERM (the operator interrupting the run) and SIGKILL. ``cached``: the
     namespace has ``caching.claim``, which the run container mounts. ``requests``: the
     resource requests of a run whose Stack neither requests nor limits that resource.
+    ``keep_warm``: seconds the agent of a ``warm_eligible`` run waits for the Stack's next
+    run once it has reported (its ``activeDeadlineSeconds`` then allows ``WARM_LIFE`` more).
     """
     template = job.template()
     resources = _resources(template.get("resources"), requests)
     template = {**template, "resources": resources} if resources else template
     spec = _pod_spec(job, operation, template, image, grace)
     _add_caching(spec, caching or RunCaching(claim=""), cached=cached)
+    if keep_warm > 0 and warm_eligible(job):
+        spec["activeDeadlineSeconds"] += WARM_LIFE
+        container = spec["containers"][0]
+        container["env"] = [{"name": KEEP_WARM_ENV, "value": f"{keep_warm:g}"}, *container["env"]]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(job, operation, template),
         "spec": spec,
     }
+
+
+def warm_eligible(job: RunJob) -> bool:
+    """Whether ``job``'s run pod may be kept warm for the Stack's next run.
+
+    Only a pod whose run container checks the source out itself (no git credentials,
+    which only a checkout container may hold; no init containers of the Stack's, which
+    would not run again; the operator's image, whose agent takes jobs), and not one kept
+    for its log (``Retain``).
+    """
+    return not job.checkout_apart() and job.reclaim != RETAIN
+
+
+def is_warm(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod``'s agent waits for another run once it has reported (``KEEP_WARM_ENV``)."""
+    containers = pod.get("spec", {}).get("containers") or [{}]
+    return any(e.get("name") == KEEP_WARM_ENV for e in containers[0].get("env") or ())
+
+
+def fit_key(manifest: Mapping[str, Any], versions: Mapping[str, str]) -> str:
+    """What a warm pod must match to take a run whose pod would be ``manifest``.
+
+    A digest of the manifest without what differs from one run to the next (the run's
+    annotations, its deadline, ``JOB_VARIABLES``) and of ``versions``: the
+    resourceVersions of the Secrets and ConfigMaps it reads (``references``), whose values
+    a running pod keeps as they were when it started.
+    """
+    spec = dict(manifest["spec"])
+    spec.pop("activeDeadlineSeconds", None)
+    container = dict(spec["containers"][0])
+    container["env"] = [e for e in container.get("env", []) if e["name"] not in JOB_VARIABLES]
+    spec["containers"] = [container, *spec["containers"][1:]]
+    metadata = manifest["metadata"]
+    annotations = metadata.get("annotations") or {}
+    kept = {
+        "annotations": {k: v for k, v in annotations.items() if k not in RUN_ANNOTATIONS},
+        "labels": metadata.get("labels"),
+        "name": metadata.get("name"),
+        "owner": metadata.get("ownerReferences"),
+        "spec": spec,
+        "versions": dict(sorted(versions.items())),
+    }
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def references(manifest: Mapping[str, Any]) -> list[str]:
+    """The Secrets and ConfigMaps the pod reads, as ``secret/<name>`` and ``configmap/<name>``."""
+    spec = manifest["spec"]
+    found: set[str] = set()
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        for env in container.get("env") or ():
+            source = env.get("valueFrom") or {}
+            if "secretKeyRef" in source:
+                found.add(f"secret/{source['secretKeyRef']['name']}")
+            if "configMapKeyRef" in source:
+                found.add(f"configmap/{source['configMapKeyRef']['name']}")
+        for env_from in container.get("envFrom") or ():
+            if "secretRef" in env_from:
+                found.add(f"secret/{env_from['secretRef']['name']}")
+            if "configMapRef" in env_from:
+                found.add(f"configmap/{env_from['configMapRef']['name']}")
+    for volume in spec.get("volumes") or ():
+        found |= _volume_references(volume)
+    return sorted(found)
+
+
+def _volume_references(volume: Mapping[str, Any]) -> set[str]:
+    sources = [volume, *(volume.get("projected") or {}).get("sources", [])]
+    found = set()
+    for source in sources:
+        if "secret" in source:
+            found.add(
+                f"secret/{source['secret'].get('secretName') or source['secret'].get('name')}"
+            )
+        if "configMap" in source:
+            found.add(f"configmap/{source['configMap']['name']}")
+    return found
 
 
 def _resources(given: Mapping[str, Any] | None, defaults: Mapping[str, str]) -> dict[str, Any]:

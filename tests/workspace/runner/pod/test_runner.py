@@ -168,6 +168,7 @@ class FakePods:
         self.on_log: Any = None
         self.on_create: Any = None
         self.claims: set[str] = set()  # PersistentVolumeClaims the namespace has
+        self.secret_versions: dict[str, str] = {}  # Secrets the namespace has, by name
         self.watches: list[Watch] = []
         self.watch_type: type[Watch] = Watch
         self.reads = 0
@@ -276,8 +277,17 @@ class FakePods:
                 raise ApiException(status=422, reason="Invalid")
             if operation["op"] == "add":
                 target[key] = operation["value"]
+            if operation["op"] == "remove":
+                del target[key]
         self.add(pod)
         return copy.deepcopy(pod)
+
+    def read_namespaced_secret(self, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+        """A Secret at resourceVersion ``secret_versions[name]``; 404 for one not there."""
+        del namespace, kwargs
+        if name not in self.secret_versions:
+            raise ApiException(status=404, reason="NotFound")
+        return {"metadata": {"name": name, "resourceVersion": self.secret_versions[name]}}
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Log:
         """The log (after ``on_log``, which may change the pod)."""

@@ -44,6 +44,13 @@ class Counted:
         """Count it."""
         self.created += 1
 
+    def pod_reused(self) -> None:
+        """Ignored."""
+
+    def idle_pods(self, count: int) -> None:
+        """Ignored."""
+        del count
+
     def pod_failed(self, reason: str) -> None:
         """Record it."""
         self.failed.append(reason)

@@ -15,9 +15,15 @@ from workspace.runner.pod.spec import (
     CHECKOUT_AND_RUN_ARGS,
     CHECKOUT_ARGS,
     DEFAULT_REQUESTS,
+    KEEP_WARM_ENV,
+    WARM_LIFE,
     RunCaching,
+    fit_key,
+    is_warm,
     pod_name,
+    references,
     run_pod,
+    warm_eligible,
 )
 
 
@@ -334,3 +340,105 @@ def test_a_traced_run_hands_its_context_to_the_agent() -> None:
     [untraced] = manifest()["spec"]["containers"]
     assert trace_of({e["name"]: e.get("value") for e in untraced["env"]}) is None
     assert trace_env(None) == {}
+
+
+# -- warm run pods (--run-pod-keep-warm) ---------------------------------------------------
+
+
+def warm(**fields: Any) -> dict[str, Any]:
+    """The ``up`` pod of ``job(**fields)`` kept warm for 30 s."""
+    return run_pod(job(**fields), "up", image="operator:1", grace=60, keep_warm=30)
+
+
+def test_a_warm_pods_agent_is_told_its_window_and_lives_long_enough() -> None:
+    """PSO_KEEP_WARM on the run container; the deadline allows WARM_LIFE past the run's."""
+    cold, kept = manifest(), warm()
+    env = {e["name"]: e.get("value") for e in kept["spec"]["containers"][0]["env"]}
+    assert env[KEEP_WARM_ENV] == "30"
+    assert is_warm(kept)
+    assert not is_warm(cold)
+    deadline = kept["spec"]["activeDeadlineSeconds"]
+    assert deadline == cold["spec"]["activeDeadlineSeconds"] + WARM_LIFE
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"git_env": GIT},
+        {"overrides": json.dumps({"initContainers": [{"name": "mine", "image": "busybox"}]})},
+        {"image": "mine:2"},
+        {"reclaim": "Retain"},
+    ],
+    ids=["git-credentials", "init-containers", "own-image", "retain"],
+)
+def test_only_a_pod_that_checks_out_itself_is_kept_warm(fields: dict[str, Any]) -> None:
+    """Credentials live in a checkout container; init containers would not run again."""
+    assert not warm_eligible(job(**fields))
+    assert not is_warm(warm(**fields))
+    assert warm_eligible(job())
+
+
+def test_the_fit_key_ignores_what_differs_between_runs() -> None:
+    """Generation, commit, operation, deadline, the job and its trace: the same key."""
+    versions = {"secret/creds": "7"}
+    first = run_pod(job(), "up", image="operator:1", grace=60, keep_warm=30)
+    trace = TraceContext(traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01", endpoint="h:1")
+    later = job(
+        generation=4,
+        commit="d" * 40,
+        document=json.dumps({"stack": "dev", "config": {"x": "2"}}),
+        timeout=60.0,
+        trace=trace,
+    )
+    second = run_pod(later, "destroy", image="operator:1", grace=60, keep_warm=30)
+    assert fit_key(first, versions) == fit_key(second, versions)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"versions": {"secret/creds": "8"}},
+        {"fields": {"service_account": "other"}},
+        {"fields": {"secret_env": (SecretEnv("PSO_SECRET_0", "creds", "other-key"),)}},
+        {"fields": {"overrides": json.dumps({"env": [{"name": "A", "value": "1"}]})}},
+        {"fields": {"overrides": json.dumps({"annotations": {"team": "b"}})}},
+        {"image": "operator:2"},
+    ],
+    ids=["secret-changed", "account", "secret-key", "template-env", "annotation", "image"],
+)
+def test_the_fit_key_changes_with_what_a_running_pod_cannot(change: dict[str, Any]) -> None:
+    """A Secret's new version, the account, the env, the pod's metadata, the image."""
+    versions = {"secret/creds": "7"}
+    base = fit_key(warm(), versions)
+    pod = run_pod(
+        job(**change.get("fields", {})),
+        "up",
+        image=change.get("image", "operator:1"),
+        grace=60,
+        keep_warm=30,
+    )
+    assert fit_key(pod, change.get("versions", versions)) != base
+
+
+def test_the_references_are_every_secret_and_config_map_the_pod_reads() -> None:
+    """secretKeyRef, configMapKeyRef, envFrom, secret, configMap and projected volumes."""
+    template = {
+        "env": [{"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cm1", "key": "k"}}}],
+        "envFrom": [{"secretRef": {"name": "s2"}}, {"configMapRef": {"name": "cm2"}}],
+        "volumes": [
+            {"name": "v1", "secret": {"secretName": "s3"}},
+            {"name": "v2", "configMap": {"name": "cm3"}},
+            {"name": "v3", "projected": {"sources": [{"secret": {"name": "s4"}}]}},
+        ],
+        "volumeMounts": [{"name": "v1", "mountPath": "/v1"}],
+    }
+    pod = run_pod(job(overrides=json.dumps(template)), "up", image="operator:1", grace=60)
+    assert references(pod) == [
+        "configmap/cm1",
+        "configmap/cm2",
+        "configmap/cm3",
+        "secret/creds",
+        "secret/s2",
+        "secret/s3",
+        "secret/s4",
+    ]

@@ -1,0 +1,199 @@
+"""A warm run pod's inbox: a job handed over is run once; a closed inbox takes nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from controller.clock import FakeClock
+from pulumi_stack_operator import agent, warm
+from pulumi_stack_operator.agent import AgentJob
+from pulumi_stack_operator.warm import Inbox
+from testbed.waits import wait_for
+from tests.pulumi_stack_operator.test_agent import JOB, environment
+from workspace.runner import ErrorKind, Outcome, failed_outcome
+from workspace.runner.channel import JobMark, parse_line
+from workspace.runner.handover import Delivery
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = {"PSO_TRACEPARENT": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "PSO_OTEL_TRACES": "h:1"}
+
+
+def delivery(mark: str = "t1", operation: str = "up", **config: str) -> Delivery:
+    """A delivery of ``JOB`` marked ``mark``, with ``config`` over its own."""
+    job = JOB.encode() if not config else _with_config(config)
+    return Delivery(mark, operation, job, {})
+
+
+def _with_config(config: dict[str, str]) -> str:
+    return dataclasses.replace(JOB, config={**JOB.config, **config}).encode()
+
+
+def test_a_delivery_round_trips_and_bad_ones_are_refused() -> None:
+    """One line of JSON; a mark of letters and digits, a known operation, string values."""
+    given = Delivery("abc123", "preview", JOB.encode(), TRACE)
+    assert Delivery.decode(given.encode()) == given
+    assert "\n" not in given.encode()
+    for bad in (
+        "",
+        "[]",
+        '{"mark": "a b", "operation": "up", "job": "{}"}',
+        '{"mark": "a", "operation": "refresh", "job": "{}"}',
+        '{"mark": "a", "operation": "up", "job": 1}',
+        '{"mark": "a", "operation": "up", "job": "{}", "trace": {"x": 1}}',
+    ):
+        with pytest.raises(ValueError, match="delivery"):
+            Delivery.decode(bad)
+
+
+def test_a_deliverys_environment_replaces_the_first_jobs() -> None:
+    """PSO_JOB, PSO_OPERATION and the trace variables are the delivery's; the rest stays."""
+    environ = environment(**TRACE)
+    plain = Delivery("t", "destroy", "{}", {}).environment(environ, tuple(TRACE))
+    assert (plain["PSO_JOB"], plain["PSO_OPERATION"]) == ("{}", "destroy")
+    assert not set(TRACE) & set(plain)
+    assert plain["PSO_SECRET_0"] == "tok"  # noqa: S105 - a test value
+    traced = Delivery("t", "up", "{}", TRACE).environment(environment(), tuple(TRACE))
+    assert {k: traced[k] for k in TRACE} == TRACE
+
+
+def test_the_window_is_a_positive_number_of_seconds() -> None:
+    """PSO_KEEP_WARM: unset, zero, negative or not a number is no window."""
+    assert warm.keep_warm({"PSO_KEEP_WARM": "30"}) == 30.0
+    for value in ("", "0", "-5", "soon"):
+        assert warm.keep_warm({"PSO_KEEP_WARM": value}) == 0.0
+    assert warm.keep_warm({}) == 0.0
+
+
+def test_a_taken_job_is_waited_for_once(tmp_path: Path) -> None:
+    """Take leaves the job; wait returns it and removes it; a second take meanwhile is refused."""
+    inbox = Inbox(tmp_path / "inbox")
+    assert inbox.take(delivery("one")) is None
+    assert inbox.take(delivery("two")) == "a job is already waiting in the run pod"
+    clock = FakeClock()
+    assert inbox.wait(threading.Event(), 10, clock) == delivery("one")
+    assert not inbox.job_file.exists()
+
+
+def test_a_window_without_a_job_closes_the_inbox(tmp_path: Path) -> None:
+    """Past the window wait returns None and keeps the lock: a later take is refused."""
+    inbox = Inbox(tmp_path / "inbox")
+    clock = FakeClock()
+    assert inbox.wait(threading.Event(), 0, clock) is None
+    taken = subprocess.run(
+        [sys.executable, "-m", "pulumi_stack_operator", "agent", "take"],
+        input=delivery().encode() + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PSO_WARM_INBOX": str(inbox.path)},
+        check=False,
+        timeout=60,
+    )
+    assert (taken.returncode, taken.stdout.strip()) == (
+        warm.REFUSED,
+        "refused: the run pod's agent is ending",
+    )
+    assert not inbox.job_file.exists()
+    while warm.CLOSED:  # held for the process's life in a pod; this test's own is over
+        warm.CLOSED.pop().close()
+
+
+def test_take_hands_a_job_to_an_open_inbox(tmp_path: Path) -> None:
+    """``agent take`` (the command the operator runs in the pod): accepted, the job left."""
+    inbox = Inbox(tmp_path / "inbox")
+    taken = subprocess.run(
+        [sys.executable, "-m", "pulumi_stack_operator", "agent", "take"],
+        input=delivery("t9").encode() + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PSO_WARM_INBOX": str(inbox.path)},
+        check=False,
+        timeout=60,
+    )
+    assert (taken.returncode, taken.stdout.strip()) == (0, warm.ACCEPTED)
+    assert Delivery.decode(inbox.job_file.read_text()) == delivery("t9")
+    bad = io.StringIO()
+    assert warm.take_main(io.StringIO("not json\n"), bad, {"PSO_WARM_INBOX": str(inbox.path)}) == 2
+    assert bad.getvalue().startswith("refused: ")
+
+
+def test_a_stop_ends_the_wait(tmp_path: Path) -> None:
+    """SIGTERM (the pod deleted) sets stop: the wait ends at once, with no job."""
+    stop = threading.Event()
+    stop.set()
+    assert Inbox(tmp_path / "inbox").wait(stop, 3600, FakeClock()) is None
+
+
+def test_a_warm_agent_runs_each_job_handed_over_after_its_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """serve_warm: mark, checkout, run, outcome for each job; the workspace emptied first."""
+    ran: list[tuple[str, dict[str, str]]] = []
+    workspace = tmp_path / "workspace"
+    monkeypatch.setattr(agent, "SOURCE", workspace / "source")
+    monkeypatch.setattr(agent, "CHECKOUT_FAILED", workspace / "checkout-failed")
+    monkeypatch.setattr(agent, "CHECKOUT_SECONDS", workspace / "checkout-seconds")
+
+    def checked_out(job: AgentJob) -> None:
+        (workspace / "source").mkdir(parents=True)  # fails if the last one was left
+        (workspace / "source" / "from").write_text(job.operation)
+
+    def operated(job: AgentJob, *_: object) -> Outcome:
+        ran.append((job.operation, dict(job.document.config)))
+        assert (workspace / "source" / "from").read_text() == job.operation
+        now = agent.CLOCK.wall()
+        return failed_outcome(job.operation, ErrorKind.NONE, "", now, now)
+
+    monkeypatch.setattr(agent, "check_out", checked_out)
+    monkeypatch.setattr(agent, "run", operated)
+    (workspace / "source").mkdir(parents=True)  # the first job's checkout
+    inbox = Inbox(tmp_path / "inbox")
+    inbox.take(delivery("first", "preview", content="two"))
+    stop = threading.Event()
+    environ = environment(PSO_WARM_INBOX=str(inbox.path))
+    server = threading.Thread(target=agent.serve_warm, args=(environ, stop, 30.0))
+    server.start()
+    printed = Printed(capfd)
+    try:
+        printed.wait_for(2)
+        assert inbox.take(delivery("second", "destroy")) is None
+        printed.wait_for(4)
+    finally:
+        stop.set()
+        server.join(10)
+    reports = [parse_line(line) for line in printed.lines]
+    assert reports[0] == JobMark("first")
+    assert isinstance(reports[1], Outcome)
+    assert reports[1].operation == "preview"
+    assert reports[2] == JobMark("second")
+    assert isinstance(reports[3], Outcome)
+    assert reports[3].operation == "destroy"
+    assert ran == [("preview", {**JOB.config, "content": "two"}), ("destroy", dict(JOB.config))]
+
+
+class Printed:
+    """The lines a test's process printed on stdout, collected as they come."""
+
+    def __init__(self, capfd: pytest.CaptureFixture[str]) -> None:
+        """Read ``capfd``'s stdout."""
+        self.capfd = capfd
+        self.lines: list[str] = []
+
+    def wait_for(self, count: int) -> None:
+        """Return once ``count`` lines have come (fail after 10 s)."""
+
+        def enough() -> bool:
+            out = self.capfd.readouterr().out
+            self.lines.extend(line for line in out.splitlines() if line.strip())
+            return len(self.lines) >= count
+
+        wait_for(enough, f"{count} report lines", timeout=10, interval=0.05)
