@@ -290,7 +290,8 @@ def _pods(s: Summary) -> Row:
         f"pod runner {_sig(s.get('cost_pod_e2e_s'))} s, local runner "
         f"{_sig(s.get('cost_local_e2e_s'))} s, bare `pulumi up` {_sig(s.get('cost_cli_up_s'))} s "
         f"→ **pod {s.get('cost_pod_ratio'):.2f}{TIMES}**, local "
-        f"{s.get('cost_local_ratio'):.2f}{TIMES}; a pod run ({_sig(s.get('split_e2e_s'))} s): "
+        f"{s.get('cost_local_ratio'):.2f}{TIMES}{_warm(s)}; a pod run "
+        f"({_sig(s.get('split_e2e_s'))} s): "
         f"{legs}; or: before the agent {_sig(s.get('split_before_agent_s'))} s, the agent "
         f"{_sig(s.get('split_agent_s'))} s, after its outcome "
         f"{_sig(s.get('split_after_agent_s'))} s; spec change → run pod running "
@@ -312,6 +313,18 @@ def _pods(s: Summary) -> Row:
         f"≤ {workers} run pods at once, none left idle, every node used: {_met(bounded and spread)}"
     )
     return ("pod runner", what, result, target)
+
+
+def _warm(s: Summary) -> str:
+    """The warm pod's figures (``--run-pod-keep-warm``), when the line has them."""
+    if "cost_warm_e2e_s" not in s.fields:
+        return ""
+    return (
+        f", a pod kept warm {_sig(s.get('cost_warm_e2e_s'))} s "
+        f"(**{s.get('cost_warm_ratio'):.2f}{TIMES}**; {_n(s.get('cost_warm_reused'))} runs "
+        f"handed to it, {_n(s.get('cost_warm_created'))} pod created, "
+        f"{_n(s.get('cost_warm_idle_pods'))} idle after)"
+    )
 
 
 ROWS: dict[str, Callable[[Summary], Row]] = {

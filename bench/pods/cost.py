@@ -2,7 +2,10 @@
 
 The cost: the cached TypeScript program (``node-outputs``) as a Stack under the pod runner,
 as a Stack under the local runner (each with an operator of its own, default flags, on the
-node cluster's control plane) and as a bare ``pulumi up`` (``bench.programs``'
+node cluster's control plane), as a Stack under the pod runner whose run pods are kept
+warm (an operator of its own with ``--run-pod-keep-warm``: after its first run each run is
+handed to the same pod; ``cost_warm_reused`` counts them, ``cost_warm_idle_pods`` is the
+idle gauge after the rounds) and as a bare ``pulumi up`` (``bench.programs``'
 ``TypeScriptCli``), interleaved as in ``bench.overhead`` (each round's order rotated).
 The two Stacks' first runs (cold caches: ``npm ci``, the plugin step) and the CLI's
 ``npm ci`` and first ``up`` are not timed. A round changes the ``value`` config on each
@@ -42,22 +45,33 @@ FIRST_RUN_TIMEOUT = 900.0  # seconds: npm ci through the mirror, the plugin step
 UPDATE_TIMEOUT = 300.0
 START_TIMEOUT = 120.0  # seconds until a fresh operator's cache has synced
 OPERATOR_LEGS = ("announce", "checkout", "runner", "conclude")  # the Run timed line's own
+WARM_WINDOW = "300s"  # the warm Stack's window: longer than the rounds between two of its runs
 
 
 def measure(ctx: Context, bed: PodBed, pods: RunPods) -> dict[str, float]:
     """The cost rounds, then the split rounds; their summary fields."""
     runs = ctx.scale.overhead_runs
     pod, local = bed.tenant("pods-cost"), bed.tenant("pods-local", pod=False)
+    kept = bed.tenant("pods-warm")
     cli = TypeScriptCli(ctx.bed, f"cli-{secrets.token_hex(3)}")
     with StackWatch(bed.api, None) as watch:
-        sides = _Sides(bed, Stacks(bed.api, watch), pods, cli, (pod, local))
-        with bed.operator([pod]), bed.operator([local], pod=False):
-            ctx.progress("pods: first runs of both Stacks (cold caches), the CLI's npm ci")
+        sides = _Sides(bed, Stacks(bed.api, watch), pods, cli, (pod, local, kept))
+        with (
+            bed.operator([pod]),
+            bed.operator([local], pod=False),
+            bed.operator([kept], f"--run-pod-keep-warm={WARM_WINDOW}") as warm,
+        ):
+            ctx.progress("pods: first runs of the three Stacks (cold caches), the CLI's npm ci")
             sides.warm_up()
-            rounds = (sides.pod, sides.local, sides.cli)
+            rounds = (sides.pod, sides.local, sides.warm, sides.cli)
             alternate(ctx.progress, "pods: cost", runs, rounds, "w")
             sides.retain()
-        fields = sides.fields()
+            warm_fields = {
+                "cost_warm_reused": warm.counter("pulumi_stack_run_pods_reused_total"),
+                "cost_warm_created": warm.counter("pulumi_stack_run_pods_created_total"),
+                "cost_warm_idle_pods": warm.counter("pulumi_stack_run_pods_idle"),
+            }
+        fields = sides.fields() | warm_fields
         with bed.operator([pod], "--log-level=debug") as debug:
             debug.wait_until("/readyz", START_TIMEOUT)
             ctx.progress(f"pods: {runs} pod runs at debug level, each pod kept, for the split")
@@ -85,30 +99,33 @@ class _Sides:
         stacks: Stacks,
         pods: RunPods,
         cli: TypeScriptCli,
-        tenants: tuple[Tenant, Tenant],
+        tenants: tuple[Tenant, Tenant, Tenant],
     ) -> None:
-        """Stacks of the program in the pod and local ``tenants``, and ``cli``."""
+        """Stacks of the program in the pod, local and warm ``tenants``, and ``cli``."""
         self._bed, self._stacks, self._pods, self._cli = bed, stacks, pods, cli
-        self._pod, self._local = tenants
+        self._pod, self._local, self._warm = tenants
         tag = secrets.token_hex(3)
         self.pod_name, self.local_name = f"ts-pod-{tag}", f"ts-local-{tag}"
+        self.warm_name = f"ts-warm-{tag}"
         self.samples: dict[str, list[float]] = {
-            k: [] for k in ("pod", "local", "cli", "pod_run", "local_run", "config")
+            k: [] for k in ("pod", "local", "warm", "cli", "pod_run", "local_run", "config")
         }
 
     def warm_up(self) -> None:
-        """Create both Stacks and prepare the CLI meanwhile; wait for their first runs."""
+        """Create the Stacks and prepare the CLI meanwhile; wait for their first runs."""
         spec = self._bed.spec
-        pod = self._stacks.create(
-            self._pod.namespace, self.pod_name, spec(self._pod, self.pod_name, "w0")
-        )
-        local = self._stacks.create(
-            self._local.namespace, self.local_name, spec(self._local, self.local_name, "w0")
-        )
+        created = [
+            self._stacks.create(tenant.namespace, name, spec(tenant, name, "w0"))
+            for tenant, name in (
+                (self._pod, self.pod_name),
+                (self._local, self.local_name),
+                (self._warm, self.warm_name),
+            )
+        ]
         self._cli.prepare("w0")
-        self._stacks.applied(pod, FIRST_RUN_TIMEOUT)
-        self._stacks.applied(local, FIRST_RUN_TIMEOUT)
-        pod_gone(self._pods, pod)
+        for change in created:
+            self._stacks.applied(change, FIRST_RUN_TIMEOUT)
+        pod_gone(self._pods, created[0])
 
     def pod(self, value: str) -> None:
         """One timed pod run; then its pod is seen gone (untimed)."""
@@ -132,6 +149,11 @@ class _Sides:
         delete_retained(self._bed.api, self._pods, change)
         return Traced(e2e, change.sent_wall, pod, log)
 
+    def warm(self, value: str) -> None:
+        """One timed run of the Stack whose run pod is kept warm (its pod stays)."""
+        change = self._stacks.set_value(self._warm.namespace, self.warm_name, value)
+        self.samples["warm"].append(self._applied(change)[0])
+
     def local(self, value: str) -> None:
         """One timed local run."""
         change = self._stacks.set_value(self._local.namespace, self.local_name, value)
@@ -154,7 +176,10 @@ class _Sides:
     def fields(self) -> dict[str, float]:
         """Medians and ratios."""
         pod, local, up = (median(self.samples[k]) for k in ("pod", "local", "cli"))
+        warm = median(self.samples["warm"])
         return {
+            "cost_warm_e2e_s": warm,
+            "cost_warm_ratio": warm / up,
             "runs": len(self.samples["cli"]),
             "cost_pod_e2e_s": pod,
             "cost_local_e2e_s": local,

@@ -249,3 +249,19 @@ def test_the_page_has_a_pods_row_and_its_method() -> None:
     page = render({})
     assert "| pods | — | not run | — |" in page
     assert "*Pod runner*" in page
+
+
+def test_the_row_tells_the_warm_pods_figures_when_the_line_has_them() -> None:
+    """cost_warm_*: its time and ratio, runs handed over, pods created, idle after; else none."""
+    warm = (
+        f"{LINE} cost_warm_e2e_s=1.9 cost_warm_ratio=0.904 cost_warm_reused=5 "
+        "cost_warm_created=1 cost_warm_idle_pods=1"
+    )
+    summary = Summary.parse(warm)
+    assert summary is not None
+    result = _pods(summary)[2]
+    assert f"a pod kept warm 1.9 s (**0.90{TIMES}**; 5 runs handed to it, 1 pod created" in result
+    assert "1 idle after" in result
+    plain = Summary.parse(LINE)
+    assert plain is not None
+    assert "kept warm" not in _pods(plain)[2]
