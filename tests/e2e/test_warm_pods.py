@@ -13,6 +13,8 @@ Secret the pod reads is not taken by a warm pod started before it: a new pod run
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client
 
@@ -20,6 +22,7 @@ from testbed.rbac import SERVICE_ACCOUNT
 from testbed.waits import wait_for
 from tests.e2e.beds import Bed
 from tests.e2e.conftest import Operator, Program, Stacks
+from tests.e2e.test_tenant_boundaries import run_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pulumi, pytest.mark.integration]
 GRANTED = ["get", "create"]  # a websocket exec is a get; the API server may also check create
@@ -59,16 +62,6 @@ def grant(rbac: client.RbacAuthorizationV1Api, namespace: str, name: str) -> Non
     rbac.create_namespaced_role_binding(namespace, binding)
 
 
-def run_pod(stacks: Stacks, name: str) -> client.V1Pod | None:
-    """The Stack's run pod, or None."""
-    try:
-        return stacks.core.read_namespaced_pod(f"{name}-pulumi", stacks.namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
 def meta(pod: client.V1Pod) -> client.V1ObjectMeta:
     """A pod's metadata (the API server always sets it)."""
     assert pod.metadata is not None
@@ -95,21 +88,31 @@ def idle_pod(stacks: Stacks, name: str, operator: Operator) -> client.V1Pod:
     return wait_for(kept, "the run pod kept warm and counted idle", timeout=60)
 
 
+def first_run_kept(stacks: Stacks, name: str, program: Program, operator: Operator) -> client.V1Pod:
+    """Create Stack ``name``; its run pod once Ready and kept warm."""
+    stacks.create(stacks.manifest(name, program))
+    stacks.wait_ready(name)
+    return idle_pod(stacks, name, operator)
+
+
+def changed(stacks: Stacks, name: str) -> dict[str, Any]:
+    """The Stack once Ready with its ``content`` config changed to "two", and applied."""
+    stacks.patch(name, {"spec": {"config": {"content": "two"}}})
+    obj = stacks.wait_ready(name)
+    assert stacks.target(name).read_text() == "two"
+    return obj
+
+
 @pod_only
 def test_a_burst_of_changes_pays_one_pod_start(
     exec_granted: None, operator: Operator, stacks: Stacks, program: Program
 ) -> None:
     """The next run goes to the warm pod; the pod goes once the window passed."""
     del exec_granted
-    stacks.create(stacks.manifest("burst", program))
-    stacks.wait_ready("burst")
-    first = idle_pod(stacks, "burst", operator)
+    first = first_run_kept(stacks, "burst", program, operator)
     assert metric(operator, "pulumi_stack_run_pods_created_total") == 1
-
-    stacks.patch("burst", {"spec": {"config": {"content": "two"}}})
-    obj = stacks.wait_ready("burst")
+    obj = changed(stacks, "burst")
     assert obj["status"]["outputs"]["content"] == "two"
-    assert stacks.target("burst").read_text() == "two"
     again = idle_pod(stacks, "burst", operator)
     assert meta(again).uid == meta(first).uid
     assert (meta(again).annotations or {})["pulumi-stack-operator.dev/generation"] == "2"
@@ -131,15 +134,10 @@ def test_a_changed_secret_is_not_taken_by_a_warm_pod(
 ) -> None:
     """The pod read the passphrase Secret at its start: a new pod runs after it changed."""
     del exec_granted
-    stacks.create(stacks.manifest("rotated", program))
-    stacks.wait_ready("rotated")
-    first = idle_pod(stacks, "rotated", operator)
+    first = first_run_kept(stacks, "rotated", program, operator)
     labels = {"metadata": {"labels": {"rotated": "yes"}}}  # a new resourceVersion, same value
     stacks.core.patch_namespaced_secret("pulumi-secrets", stacks.namespace, labels)
-
-    stacks.patch("rotated", {"spec": {"config": {"content": "two"}}})
-    stacks.wait_ready("rotated")
-    assert stacks.target("rotated").read_text() == "two"
+    changed(stacks, "rotated")
     second = idle_pod(stacks, "rotated", operator)
     assert meta(second).uid != meta(first).uid
     assert metric(operator, "pulumi_stack_run_pods_created_total") == 2

@@ -36,6 +36,21 @@ def _with_config(config: dict[str, str]) -> str:
     return dataclasses.replace(JOB, config={**JOB.config, **config}).encode()
 
 
+def take(inbox: Inbox, given: Delivery) -> tuple[int, str]:
+    """``agent take`` as the operator runs it in the pod: its exit status and stdout."""
+    taken = subprocess.run(
+        [sys.executable, "-m", "pulumi_stack_operator", "agent", "take"],
+        input=given.encode() + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PSO_WARM_INBOX": str(inbox.path)},
+        check=False,
+        timeout=60,
+    )
+    return taken.returncode, taken.stdout.strip()
+
+
 def test_a_delivery_round_trips_and_bad_ones_are_refused() -> None:
     """One line of JSON; a mark of letters and digits, a known operation, string values."""
     given = Delivery("abc123", "preview", JOB.encode(), TRACE)
@@ -87,20 +102,8 @@ def test_a_window_without_a_job_closes_the_inbox(tmp_path: Path) -> None:
     inbox = Inbox(tmp_path / "inbox")
     clock = FakeClock()
     assert inbox.wait(threading.Event(), 0, clock) is None
-    taken = subprocess.run(
-        [sys.executable, "-m", "pulumi_stack_operator", "agent", "take"],
-        input=delivery().encode() + "\n",
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PSO_WARM_INBOX": str(inbox.path)},
-        check=False,
-        timeout=60,
-    )
-    assert (taken.returncode, taken.stdout.strip()) == (
-        warm.REFUSED,
-        "refused: the run pod's agent is ending",
-    )
+    refused = (warm.REFUSED, "refused: the run pod's agent is ending")
+    assert take(inbox, delivery()) == refused
     assert not inbox.job_file.exists()
     while warm.CLOSED:  # held for the process's life in a pod; this test's own is over
         warm.CLOSED.pop().close()
@@ -109,17 +112,7 @@ def test_a_window_without_a_job_closes_the_inbox(tmp_path: Path) -> None:
 def test_take_hands_a_job_to_an_open_inbox(tmp_path: Path) -> None:
     """``agent take`` (the command the operator runs in the pod): accepted, the job left."""
     inbox = Inbox(tmp_path / "inbox")
-    taken = subprocess.run(
-        [sys.executable, "-m", "pulumi_stack_operator", "agent", "take"],
-        input=delivery("t9").encode() + "\n",
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PSO_WARM_INBOX": str(inbox.path)},
-        check=False,
-        timeout=60,
-    )
-    assert (taken.returncode, taken.stdout.strip()) == (0, warm.ACCEPTED)
+    assert take(inbox, delivery("t9")) == (0, warm.ACCEPTED)
     assert Delivery.decode(inbox.job_file.read_text()) == delivery("t9")
     bad = io.StringIO()
     assert warm.take_main(io.StringIO("not json\n"), bad, {"PSO_WARM_INBOX": str(inbox.path)}) == 2

@@ -112,23 +112,7 @@ class PodApi:
         alone (404, or 422 for the failed test). Raises ``ApiException`` for any other
         refusal (403 without the ``patch`` permission on pods).
         """
-        key = podspec.ANNOTATION_CONCLUDED.replace("~", "~0").replace("/", "~1")
-        patch = [
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "add", "path": f"/metadata/annotations/{key}", "value": at},
-        ]
-        try:
-            self.core.patch_namespaced_pod(
-                podspec.pod_name(job.owner.name),
-                job.namespace,
-                patch,
-                field_manager=self.field_manager,
-                _content_type="application/json-patch+json",
-                _request_timeout=API_TIMEOUT,
-            )
-        except ApiException as err:
-            if err.status not in (404, 422):  # gone, or already another pod
-                raise
+        self._annotate(job, uid, {podspec.ANNOTATION_CONCLUDED: at})
 
     def mark_taken(self, job: RunJob, uid: str, annotations: dict[str, str]) -> None:
         """Annotate the warm run pod ``uid`` with the run it took; no longer concluded.
@@ -136,13 +120,19 @@ class PodApi:
         As ``mark_concluded``: tests the uid first, leaves a pod gone or replaced alone,
         raises ``ApiException`` for any other refusal.
         """
-        concluded = _pointer(podspec.ANNOTATION_CONCLUDED)
+        self._annotate(job, uid, annotations, removed=podspec.ANNOTATION_CONCLUDED)
+
+    def _annotate(
+        self, job: RunJob, uid: str, annotations: dict[str, str], removed: str | None = None
+    ) -> None:
+        """Add ``annotations`` (and remove ``removed``) if the run pod is still ``uid``."""
         patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
         patch += [
             {"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
             for k, v in annotations.items()
         ]
-        patch.append({"op": "remove", "path": f"/metadata/annotations/{concluded}"})
+        if removed is not None:
+            patch.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(removed)}"})
         try:
             self.core.patch_namespaced_pod(
                 podspec.pod_name(job.owner.name),

@@ -38,18 +38,20 @@ class Counted:
     def __init__(self) -> None:
         """Nothing yet."""
         self.failed: list[str] = []
-        self.created = 0
+        self.created = self.reused = 0
+        self.idle: list[int] = []
 
     def pod_created(self) -> None:
         """Count it."""
         self.created += 1
 
     def pod_reused(self) -> None:
-        """Ignored."""
+        """Count it."""
+        self.reused += 1
 
     def idle_pods(self, count: int) -> None:
-        """Ignored."""
-        del count
+        """Record it."""
+        self.idle.append(count)
 
     def pod_failed(self, reason: str) -> None:
         """Record it."""

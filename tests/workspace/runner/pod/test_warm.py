@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from kubernetes import client
 
 from tests.workspace.runner.pod.test_runner import DONE, JOB, REQUEST, T0, FakePods, running
+from tests.workspace.runner.pod.test_runner_faults import Counted
 from workspace.runner import Outcome, PodRunner, RunJob, SecretEnv, UpdateRequest
 from workspace.runner.channel import job_line, outcome_line
 from workspace.runner.handover import ACCEPTED_LINE, Delivery
@@ -31,39 +32,6 @@ from workspace.runner.pod.spec import (
 LATER = dataclasses.replace(DONE, outputs={"url": "y"})
 RUNNING = {"phase": "Running", "startTime": T0.isoformat(), "containerStatuses": [running()]}
 REQUEST_SECRET = (SecretEnv("PSO_SECRET_0", "creds", "token"),)
-
-
-class Counted:
-    """The pod metrics, recorded."""
-
-    def __init__(self) -> None:
-        """Nothing yet."""
-        self.created = self.reused = 0
-        self.idle: list[int] = []
-
-    def pod_created(self) -> None:
-        """Count it."""
-        self.created += 1
-
-    def pod_reused(self) -> None:
-        """Count it."""
-        self.reused += 1
-
-    def idle_pods(self, count: int) -> None:
-        """Record it."""
-        self.idle.append(count)
-
-    def pod_failed(self, reason: str) -> None:
-        """Ignored."""
-        del reason
-
-    def pod_started(self, seconds: float) -> None:
-        """Ignored."""
-        del seconds
-
-    def spec_to_running(self, seconds: float) -> None:
-        """Ignored."""
-        del seconds
 
 
 def ignored(progress: object) -> None:
