@@ -235,7 +235,12 @@ class PodRunner(JobRunner):
         )
 
     def _trace_legs(self, run: PodRun) -> None:
-        """The pod's legs as spans of the current trace (``workspace.runner.pod.legs``)."""
+        """The pod's legs as spans of the current trace (``workspace.runner.pod.legs``).
+
+        None for a run handed to a warm pod: its pod started for an earlier run.
+        """
+        if run.mark is not None:
+            return
         where: dict[str, Attribute] = {
             "k8s.namespace.name": run.job.namespace,
             "k8s.pod.name": run.name,

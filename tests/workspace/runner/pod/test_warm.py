@@ -13,8 +13,10 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from kubernetes import client
 
+from controller import tracing as tracing_module
 from tests.workspace.runner.pod.test_runner import DONE, JOB, REQUEST, T0, FakePods, running
 from tests.workspace.runner.pod.test_runner_faults import Counted
 from workspace.runner import Outcome, PodRunner, RunJob, SecretEnv, UpdateRequest
@@ -161,3 +163,32 @@ def test_a_pod_whose_deadline_is_near_does_not_fit() -> None:
         "metadata": {**manifest["metadata"], "annotations": {ANNOTATION_WARM: "j"}},
     }
     assert not warm.fits(pod, other, JOB, T0)
+
+
+class Recorded(tracing_module.Tracing):
+    """Tracing that keeps the names of the spans recorded after the fact."""
+
+    def __init__(self) -> None:
+        """Nothing recorded yet."""
+        self.names: list[str] = []
+
+    def record(self, name: str, *args: object, **kwargs: object) -> None:
+        """Keep the name."""
+        del args, kwargs
+        self.names.append(name)
+
+
+def test_a_run_handed_to_a_warm_pod_records_no_pod_legs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod's schedule and start were an earlier run's: only a new pod's run has them."""
+    recorded = Recorded()
+    monkeypatch.setattr(tracing_module, "_installed", recorded)
+    pods, metrics = started_pods(), Counted()
+    taken: list[Delivery] = []
+    pods.log = [outcome_line(DONE)]
+    pod_runner = warm_runner(pods, metrics)
+    pod_runner.run(REQUEST, on_progress=ignored, stop=threading.Event())
+    legs = len(recorded.names)
+    assert legs > 0, "a new pod's run records its legs"
+    pod_runner.api.take = agent(pods, LATER, taken)  # type: ignore[method-assign]
+    assert pod_runner.run(later(), on_progress=ignored, stop=threading.Event()) == LATER
+    assert len(recorded.names) == legs
