@@ -4,7 +4,7 @@ With ``PSO_KEEP_WARM`` (seconds, > 0; the operator's ``--run-pod-keep-warm``) th
 container's agent, once it has printed its outcome, waits up to that long for another
 job of the same Stack, so that a burst of changes pays one pod start. The operator hands a
 job over by running ``pulumi-stack-operator agent take`` in the container (an exec through
-the API server) with one line of JSON on its stdin (``workspace.runner.handover``: a mark,
+the API server) with one line of JSON on its stdin (``workspace.handover``: a mark,
 the operation, the job document and its trace context; never a secret value: the pod's
 Secret-backed variables are those of the pod, which the operator reuses only while the
 Secrets and ConfigMaps it reads are unchanged).
@@ -42,7 +42,7 @@ from typing import IO, Final
 import structlog
 
 from controller.clock import Clock
-from workspace.runner.handover import ACCEPTED_LINE, Delivery
+from workspace.handover import ACCEPTED_LINE, Delivery
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from controller.clock import parse_time
-from workspace.runner.handover import ACCEPTED_LINE, Delivery
+from workspace.handover import ACCEPTED_LINE, Delivery
 from workspace.runner.job import RunJob, trace_env
 from workspace.runner.pod import spec as podspec
 from workspace.runner.pod import state as podstate

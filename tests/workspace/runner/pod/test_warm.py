@@ -19,9 +19,9 @@ from kubernetes import client
 from controller import tracing as tracing_module
 from tests.workspace.runner.pod.test_runner import DONE, JOB, REQUEST, T0, FakePods, running
 from tests.workspace.runner.pod.test_runner_faults import Counted
+from workspace.handover import ACCEPTED_LINE, Delivery
 from workspace.runner import Outcome, PodRunner, RunJob, SecretEnv, UpdateRequest
 from workspace.runner.channel import job_line, outcome_line
-from workspace.runner.handover import ACCEPTED_LINE, Delivery
 from workspace.runner.pod import warm
 from workspace.runner.pod.spec import (
     ANNOTATION_CONCLUDED,
