@@ -23,7 +23,6 @@ from workspace.runner import ErrorKind, Outcome, failed_outcome
 from workspace.runner.channel import JobMark, parse_line
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE = {"PSO_TRACEPARENT": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "PSO_OTEL_TRACES": "h:1"}
 
 
 def delivery(mark: str = "t1", operation: str = "up", **config: str) -> Delivery:
