@@ -94,7 +94,7 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
     image = cfg.run_image or own_image(context.api_client, os.environ)
     metrics = RunPodMetrics(context.registry, RUNNER_VOCABULARY)
     caching = RunCaching(cfg.run_cache_claim, cfg.dependency_cache_size, cfg.plugin_mirror)
-    return PodRunner(
+    runner = PodRunner(
         context.api_client,
         image,
         metrics=metrics,
@@ -104,6 +104,8 @@ def pod_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path)
         requests=cfg.run_pod_requests,
         keep_warm=cfg.run_pod_keep_warm,
     )
+    context.closers.append(runner.close)  # no warm run pod outlives the operator
+    return runner
 
 
 def agent_runner(context: ManagerContext, cfg: OperatorConfig, plugin_store: Path) -> Runner:

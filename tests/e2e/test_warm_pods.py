@@ -8,11 +8,13 @@ A Stack's first run pod reports, stays running (the idle gauge says 1), and take
 Stack's next run, a config change, through ``agent take``: the same pod (same uid), one
 pod created, one run reused, the change applied. Once the window has passed with no run,
 the agent ends and the operator deletes the pod (the gauge back at 0). A change to a
-Secret the pod reads is not taken by a warm pod started before it: a new pod runs it.
+Secret the pod reads is not taken by a warm pod started before it: a new pod runs it;
+an operator stopping deletes the pod that waits for it.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -140,5 +142,7 @@ def test_a_changed_secret_is_not_taken_by_a_warm_pod(
     changed(stacks, "rotated")
     second = idle_pod(stacks, "rotated", operator)
     assert meta(second).uid != meta(first).uid
+    operator.stop(signal.SIGTERM)  # a stopping operator leaves no pod waiting for it
+    wait_for(lambda: run_pod(stacks, "rotated") is None, "the idle pod deleted", timeout=60)
     assert metric(operator, "pulumi_stack_run_pods_created_total") == 2
     assert metric(operator, "pulumi_stack_run_pods_reused_total") == 0

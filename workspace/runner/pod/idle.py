@@ -8,6 +8,9 @@ the operator's account of such pods:
   runner takes it for a run or deletes it (``forget``), it is gone or replaced, or it has
   ended (its agent's window passed: the pod ``Succeeded``), when it is deleted: no
   finished pod is left behind.
+* ``close`` (the operator stopping) deletes every pod still registered: an idle pod waits
+  for runs only this process would hand it, so none is left waiting, and none left
+  ``Succeeded``, once the operator is gone.
 * The count (``count``, and the ``idle`` callback on every change: the
   ``pulumi_stack_run_pods_idle`` gauge) is of the pods registered and not yet taken,
   gone or ended. Pods a previous operator process kept are not counted: a restarted
@@ -32,6 +35,7 @@ from workspace.runner.pod.state import Pod
 log = structlog.get_logger(__name__)
 
 LOOK = 0.5  # seconds between looks at whether a followed idle pod was taken meanwhile
+WINDOW_PASSED = "Deleting the warm run pod whose window passed"
 
 
 class IdlePods:
@@ -42,6 +46,7 @@ class IdlePods:
         self._api, self._clock, self._on_change = api, clock, idle
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str], str] = {}  # (namespace, Stack uid) -> pod uid
+        self._jobs: dict[tuple[str, str], RunJob] = {}  # the run each idle pod last ran
 
     def count(self) -> int:
         """How many idle pods are registered."""
@@ -52,6 +57,7 @@ class IdlePods:
         """Register ``pod`` (``job``'s Stack's) as idle and follow it until it is not."""
         with self._lock:
             self._idle[_key(job)] = podstate.uid(pod)
+            self._jobs[_key(job)] = job
             count = len(self._idle)
         self._on_change(count)
         threading.Thread(
@@ -65,11 +71,23 @@ class IdlePods:
         """
         return self._discard(job, uid)
 
+    def close(self, timeout: float) -> None:
+        """Delete every idle pod still registered, for at most ``timeout`` seconds."""
+        give_up = self._clock.now() + timeout
+        with self._lock:
+            idle = [(self._jobs[key], uid) for key, uid in self._idle.items()]
+        for job, uid in idle:
+            if self._clock.now() >= give_up:
+                log.warning("Left warm run pods undeleted at shutdown", left=self.count())
+                return
+            self._end(job, uid, why="Deleting the warm run pod: the operator is stopping")
+
     def _discard(self, job: RunJob, uid: str) -> bool:
         with self._lock:
             if self._idle.get(_key(job)) != uid:
                 return False
             del self._idle[_key(job)]
+            del self._jobs[_key(job)]
             count = len(self._idle)
         self._on_change(count)
         return True
@@ -97,11 +115,11 @@ class IdlePods:
             log.exception("Following an idle run pod failed", pod=podstate.name(pod))
             self._discard(job, uid)
 
-    def _end(self, job: RunJob, uid: str) -> None:
-        """The idle pod ``uid`` ended (its window passed): no longer idle, and deleted."""
+    def _end(self, job: RunJob, uid: str, why: str = WINDOW_PASSED) -> None:
+        """The idle pod ``uid`` is done (``why``): no longer idle, and deleted."""
         if not self._discard(job, uid):
             return  # taken meanwhile: its run follows it
-        log.info("Deleting the warm run pod whose window passed", namespace=job.namespace)
+        log.info(why, namespace=job.namespace, name=job.owner.name)
         try:
             self._api.delete(job, uid)
         except (ApiException, HTTPError, OSError) as err:

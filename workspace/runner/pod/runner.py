@@ -203,6 +203,11 @@ class PodRunner(JobRunner):
         cleared = self._clear(job, pod, operation, stopping)
         return cleared if isinstance(cleared, Detached) else None
 
+    def close(self, timeout: float) -> None:
+        """The operator is stopping: delete the warm run pods waiting (``IdlePods.close``)."""
+        if self._with.idle is not None:
+            self._with.idle.close(timeout)
+
     def has_cache_claim(self, namespace: str) -> bool:
         """Whether ``namespace`` has the cache claim (False when it cannot be read)."""
         return bool(self.caching.claim) and self.api.has_claim(namespace, self.caching.claim)

@@ -192,3 +192,15 @@ def test_a_run_handed_to_a_warm_pod_records_no_pod_legs(monkeypatch: pytest.Monk
     pod_runner.api.take = agent(pods, LATER, taken)  # type: ignore[method-assign]
     assert pod_runner.run(later(), on_progress=ignored, stop=threading.Event()) == LATER
     assert len(recorded.names) == legs
+
+
+def test_the_operator_stopping_deletes_its_idle_pods() -> None:
+    """close: every idle pod goes, the gauge says 0; no pod waits for runs nobody hands over."""
+    pods, metrics = started_pods(), Counted()
+    pods.log = [outcome_line(DONE)]
+    pod_runner = warm_runner(pods, metrics)
+    pod_runner.run(REQUEST, on_progress=ignored, stop=threading.Event())
+    assert metrics.idle[-1] == 1
+    pod_runner.close(5.0)
+    assert pods.deleted == ["web-pulumi"]
+    assert metrics.idle[-1] == 0
