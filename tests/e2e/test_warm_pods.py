@@ -142,7 +142,7 @@ def test_a_changed_secret_is_not_taken_by_a_warm_pod(
     changed(stacks, "rotated")
     second = idle_pod(stacks, "rotated", operator)
     assert meta(second).uid != meta(first).uid
-    operator.stop(signal.SIGTERM)  # a stopping operator leaves no pod waiting for it
-    wait_for(lambda: run_pod(stacks, "rotated") is None, "the idle pod deleted", timeout=60)
     assert metric(operator, "pulumi_stack_run_pods_created_total") == 2
     assert metric(operator, "pulumi_stack_run_pods_reused_total") == 0
+    operator.stop(signal.SIGTERM)  # a stopping operator leaves no pod waiting for it
+    wait_for(lambda: run_pod(stacks, "rotated") is None, "the idle pod deleted", timeout=60)
