@@ -193,6 +193,16 @@ def test_the_standby_takes_over_when_the_leader_dies(
         assert is_ready(obj)
         assert (state / "failover.txt").read_text() == "after-failover"
     finally:
-        node_cluster.kubectl("uncordon", node_cluster.node_name)
+        # Back to one replica while the node is still cordoned: the ReplicaSet drops the
+        # replacement pod before it is ever scheduled. Uncordoned first, the replacement
+        # started and was deleted seconds into its start, and the kubelet then took
+        # minutes to stop it (full20: the next test's deploy waited 240 s for it in vain).
         node_cluster.kubectl(*scale, "--replicas=1")
+        wait_for(
+            lambda: len(deployment.pods(node_cluster)) == 1,
+            "the unscheduled replacement pod dropped",
+            timeout=60,
+            detail=lambda: deployment.leaving(node_cluster),
+        )
+        node_cluster.kubectl("uncordon", node_cluster.node_name)
         deployment.rollout(node_cluster)
