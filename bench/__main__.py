@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import signal
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ from bench import (
 from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
 from bench.peer import pko_v2
+from bench.signals import take_signals
 from bench.stats import Summary
 from bench.testbed import REPO, started
 
@@ -105,8 +105,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmarks; 0 when every one produced its line."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # SIGTERM (e.g. ``make`` cancelled) unwinds like Ctrl-C, so the test bed is stopped.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    take_signals()  # SIGTERM unwinds; children get SIGINT's default action
     began = time.monotonic()
     say = progress_printer(began)
     scale = Scale.quick() if args.quick else Scale()

@@ -10,7 +10,6 @@ status 1 when the comparison failed (its traceback on stderr).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from bench.context import Context, Scale, progress_printer
 from bench.fleet import Fleet
 from bench.peer import pko_v2
+from bench.signals import take_signals
 from bench.testbed import started
 
 
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 samples, 30 s idle")
     parser.add_argument("--keep", action="store_true", help="keep the test bed's directory")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    take_signals()  # SIGTERM unwinds; children get SIGINT's default action
     say = progress_printer(time.monotonic())
     scale = Scale.quick() if args.quick else Scale()
     skipped = pko_v2.skipped()

@@ -113,3 +113,33 @@ def test_a_signal_another_thread_takes_still_reaches_the_callback() -> None:
         pytest.fail("the signal was lost: the main thread never woke")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "stopped"
+
+
+# An operator started with SIGINT ignored (nohup, a shell's background job) would hand that
+# on to every CLI it starts; the Pulumi CLI stops a language host with SIGINT and waits 5 s
+# before it kills one that ignores it, so each `pulumi up` of a TypeScript or Python
+# program would take 5 s longer. Taking SIGINT through the relay gives children the default.
+INHERITED = textwrap.dedent(
+    """
+    import subprocess
+    from controller.signals import relay_signals
+
+    relay_signals(lambda signum: None)
+    status = subprocess.run(["grep", "^SigIgn:", "/proc/self/status"],
+                            capture_output=True, text=True, check=True).stdout
+    print(int(status.split()[1], 16))
+    """
+)
+
+
+def test_processes_started_after_the_relay_do_not_inherit_an_ignored_sigint() -> None:
+    """The operator and the agent relay SIGINT, so their CLIs can be stopped by it."""
+    done = subprocess.run(
+        [sys.executable, "-c", INHERITED],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert not int(done.stdout.strip()) & (1 << (signal.SIGINT - 1))
