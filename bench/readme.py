@@ -266,6 +266,10 @@ def _startup(s: Summary) -> Row:
     return ("start-up", what, result, "—")
 
 
+POD_RATIO = 2.0  # a cached pod run against a bare `pulumi up`
+WARM_RATIO = 1.2  # a run handed to a warm pod against a bare `pulumi up`
+
+
 def _pods(s: Summary) -> Row:
     workers = _n(s.get("workers"))
     what = (
@@ -310,8 +314,15 @@ def _pods(s: Summary) -> Row:
     bounded = s.get("max_concurrent_pods") <= s.get("workers") and s.get("idle_pods") == 0
     spread = s.get("nodes_used") == s.get("nodes")
     target = (
-        f"≤ {workers} run pods at once, none left idle, every node used: {_met(bounded and spread)}"
+        f"≤ {workers} run pods at once, none left idle, every node used: "
+        f"{_met(bounded and spread)}; "
+        f"a cached pod run ≤ {POD_RATIO}{TIMES} a bare `pulumi up`: "
+        f"{_met(s.get('cost_pod_ratio') <= POD_RATIO)}"
     )
+    if "cost_warm_ratio" in s.fields:
+        target += f"; within the warm window ≤ {WARM_RATIO}{TIMES}: " + _met(
+            s.get("cost_warm_ratio") <= WARM_RATIO
+        )
     return ("pod runner", what, result, target)
 
 
@@ -323,7 +334,28 @@ def _warm(s: Summary) -> str:
         f", a pod kept warm {_sig(s.get('cost_warm_e2e_s'))} s "
         f"(**{s.get('cost_warm_ratio'):.2f}{TIMES}**; {_n(s.get('cost_warm_reused'))} runs "
         f"handed to it, {_n(s.get('cost_warm_created'))} pod created, "
-        f"{_n(s.get('cost_warm_idle_pods'))} idle after)"
+        f"{_n(s.get('cost_warm_idle_pods'))} idle after){_warm_split(s)}"
+    )
+
+
+def _warm_split(s: Summary) -> str:
+    """Where a handed-over run's time goes (``warm_split_*``), when the line has it."""
+    if "warm_split_e2e_s" not in s.fields:
+        return ""
+    legs = ", ".join(
+        f"{label} {_sig(s.get(f'warm_split_{leg}_s'))} s"
+        for leg, label in (
+            ("handover", "handover"),
+            ("checkout", "checkout"),
+            ("install", "install"),
+            ("cli", "CLI"),
+            ("operator", "the operator's own legs"),
+            ("other", "other"),
+        )
+    )
+    return (
+        f"; a handed-over run at debug level ({_sig(s.get('warm_split_e2e_s'))} s, "
+        f"{_n(s.get('warm_split_reused'))} handed over): {legs}"
     )
 
 

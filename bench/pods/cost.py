@@ -21,6 +21,12 @@ timestamps, then deletes it and waits until it is gone; with the run's debug ``R
 timed`` line they make its legs (``bench.pods.timeline``: ``split`` and ``around``). The
 figures are means over those runs (``timeline.means`` says why), as are the operator's
 own legs of them (``op_<leg>_s``: announce, checkout, runner, conclude).
+
+The warm split: the warm Stack's runs again, under a warm operator at
+``--log-level=debug``; its first run starts a pod (the cost rounds' operator deleted its
+idle one as it stopped; untimed), each later one is handed to that pod and split from its
+``Run timed`` line (``timeline.warm_split``): ``warm_split_<leg>_s``, means, with
+``warm_split_e2e_s`` and ``warm_split_reused`` (handovers counted by that operator).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import dataclasses
 import datetime
 import secrets
 from collections.abc import Mapping
+from statistics import fmean
 from typing import Any
 
 from bench.context import Context
@@ -36,7 +43,15 @@ from bench.overhead import alternate
 from bench.pods.bed import PodBed, Tenant
 from bench.pods.podwatch import RunPods
 from bench.pods.stacks import Change, Stacks, delete_retained, pod_gone, retained
-from bench.pods.timeline import agent_span, around, means, pod_times, run_timed, split
+from bench.pods.timeline import (
+    agent_span,
+    around,
+    means,
+    pod_times,
+    run_timed,
+    split,
+    warm_split,
+)
 from bench.programs import TypeScriptCli
 from bench.stats import median
 from bench.watch import Seen, StackWatch
@@ -77,7 +92,29 @@ def measure(ctx: Context, bed: PodBed, pods: RunPods) -> dict[str, float]:
             ctx.progress(f"pods: {runs} pod runs at debug level, each pod kept, for the split")
             traced = [sides.traced(f"d{index}") for index in range(1, runs + 1)]
         fields |= _split(traced, run_timed(debug.log.read_text(errors="replace"), sides.pod_name))
+        fields |= _warm_rounds(ctx, bed, sides, kept)
     return fields
+
+
+def _warm_rounds(ctx: Context, bed: PodBed, sides: _Sides, kept: Tenant) -> dict[str, float]:
+    """The warm split (module docstring): a first run, then runs handed over, each split."""
+    runs = ctx.scale.overhead_runs
+    flags = ("--log-level=debug", f"--run-pod-keep-warm={WARM_WINDOW}")
+    with bed.operator([kept], *flags) as debug:
+        debug.wait_until("/readyz", START_TIMEOUT)
+        ctx.progress(f"pods: a warm pod's first run, then {runs} handed over at debug level")
+        sides.warm_timed("dw0")
+        e2e = [sides.warm_timed(f"dw{index}") for index in range(1, runs + 1)]
+        reused = debug.counter("pulumi_stack_run_pods_reused_total")
+    timed = run_timed(debug.log.read_text(errors="replace"), sides.warm_name)[1:]
+    if len(timed) != len(e2e):
+        msg = f"{len(e2e)} warm debug runs but {len(timed)} 'Run timed' lines after the first"
+        raise RuntimeError(msg)
+    legs = means([warm_split(t, run) for t, run in zip(timed, e2e, strict=True)])
+    return {f"warm_split_{leg}_s": v for leg, v in legs.items()} | {
+        "warm_split_e2e_s": fmean(e2e),
+        "warm_split_reused": reused,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +188,12 @@ class _Sides:
 
     def warm(self, value: str) -> None:
         """One timed run of the Stack whose run pod is kept warm (its pod stays)."""
+        self.samples["warm"].append(self.warm_timed(value))
+
+    def warm_timed(self, value: str) -> float:
+        """A run of the warm Stack: its PATCH → Ready, not recorded."""
         change = self._stacks.set_value(self._warm.namespace, self.warm_name, value)
-        self.samples["warm"].append(self._applied(change)[0])
+        return self._applied(change)[0]
 
     def local(self, value: str) -> None:
         """One timed local run."""

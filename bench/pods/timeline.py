@@ -26,6 +26,13 @@ flight) and all, those being deleted too; ``placement`` how many run pods each n
 given in a window (``spec.nodeName``, a pod counted once). ``run_timed`` reads a Stack's
 ``Run timed`` lines from the debug log; ``container_running`` matches the pod version
 that first shows a run's container running.
+
+A run handed to a warm pod has no pod of its own to read: ``warm_split`` makes its legs
+from its ``Run timed`` line alone. ``handover``: the operator's runner leg less what the
+agent measured (the exec that hands the job over, the agent's wait for it, the reports
+read back); ``checkout``, ``install``, ``cli``: the agent's own; ``operator``: the
+operator's announce, checkout and conclude legs; ``other``: the rest of PATCH → Ready
+(the change reaching the operator through its watch, the queue, the status write seen).
 """
 
 from __future__ import annotations
@@ -248,6 +255,19 @@ def container_running(namespace: str, stack: str, generation: int) -> Predicate:
         )
 
     return check
+
+
+WARM_SPLIT = ("handover", "checkout", "install", "cli", "operator", "other")
+"""The legs of a run handed to a warm pod, adding up to its PATCH → Ready, in order."""
+
+
+def warm_split(timed: Mapping[str, float], e2e: float) -> dict[str, float]:
+    """One handed-over run's ``WARM_SPLIT`` legs from its ``Run timed`` seconds (docstring)."""
+    agent = {leg: timed.get(f"in_runner_{leg}_s", 0.0) for leg in AGENT}
+    operator = sum(timed.get(f"{leg}_s", 0.0) for leg in ("announce", "checkout", "conclude"))
+    runner = timed.get("runner_s", 0.0)
+    handover = runner - sum(agent.values())
+    return {"handover": handover, **agent, "operator": operator, "other": e2e - runner - operator}
 
 
 def run_timed(log: str, name: str) -> list[dict[str, float]]:

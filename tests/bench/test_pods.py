@@ -10,6 +10,7 @@ import pytest
 
 from bench.pods.timeline import (
     SPLIT,
+    WARM_SPLIT,
     Occupancy,
     agent_span,
     around,
@@ -21,6 +22,7 @@ from bench.pods.timeline import (
     pods_at,
     run_timed,
     split,
+    warm_split,
 )
 from bench.readme import TIMES, _pods, render
 from bench.stats import Summary
@@ -231,14 +233,18 @@ def test_the_row_tells_cost_split_and_fleet_and_judges_the_pods_at_once() -> Non
     assert "4.5 / 6.2 s (p50 / p99 of 20)" in result
     assert "placed 48+52 on the nodes" in result
     assert "0.12 s operator CPU, 3.4 s node CPU" in result
-    assert target == "≤ 2 run pods at once, none left idle, every node used: **met**"
+    assert target.startswith("≤ 2 run pods at once, none left idle, every node used: **met**;")
+    assert target.endswith(f"a cached pod run ≤ 2.0{TIMES} a bare `pulumi up`: **not met**")
     for broken in ("max_concurrent_pods=3", "idle_pods=1", "nodes_used=1"):
         field = broken.split("=")[0]
         over = Summary.parse(
             " ".join(broken if f.startswith(f"{field}=") else f for f in LINE.split())
         )
         assert over is not None
-        assert _pods(over)[3].endswith("**not met**"), broken
+        assert "every node used: **not met**" in _pods(over)[3], broken
+    under = Summary.parse(LINE.replace("cost_pod_ratio=4.333", "cost_pod_ratio=1.9"))
+    assert under is not None
+    assert _pods(under)[3].endswith("a bare `pulumi up`: **met**")
 
 
 def test_the_page_has_a_pods_row_and_its_method() -> None:
@@ -262,6 +268,43 @@ def test_the_row_tells_the_warm_pods_figures_when_the_line_has_them() -> None:
     result = _pods(summary)[2]
     assert f"a pod kept warm 1.9 s (**0.90{TIMES}**; 5 runs handed to it, 1 pod created" in result
     assert "1 idle after" in result
+    assert _pods(summary)[3].endswith(f"within the warm window ≤ 1.2{TIMES}: **met**")
     plain = Summary.parse(LINE)
     assert plain is not None
     assert "kept warm" not in _pods(plain)[2]
+    assert "warm window" not in _pods(plain)[3]
+    slow = Summary.parse(warm.replace("cost_warm_ratio=0.904", "cost_warm_ratio=1.3"))
+    assert slow is not None
+    assert _pods(slow)[3].endswith("**not met**")
+
+
+def test_a_handed_over_runs_legs_come_from_its_run_timed_line_and_add_up() -> None:
+    """Handover is the runner leg less the agent's; other is the rest of PATCH → Ready."""
+    timed = {
+        "announce_s": 0.02, "checkout_s": 0.0, "runner_s": 1.5, "conclude_s": 0.03,
+        "in_runner_checkout_s": 0.1, "in_runner_cli_s": 1.2,
+    }  # fmt: skip
+
+    legs = warm_split(timed, 1.8)
+
+    assert list(legs) == list(WARM_SPLIT)
+    assert legs["handover"] == pytest.approx(0.2)
+    assert (legs["checkout"], legs["install"], legs["cli"]) == (0.1, 0.0, 1.2)
+    assert legs["operator"] == pytest.approx(0.05)
+    assert legs["other"] == pytest.approx(0.25)
+    assert sum(legs.values()) == pytest.approx(1.8)
+
+
+def test_the_row_tells_where_a_handed_over_run_goes_when_the_line_has_it() -> None:
+    """warm_split_*: each leg, the runs' mean and how many were handed over."""
+    fields = (
+        "cost_warm_e2e_s=1.9 cost_warm_ratio=0.904 cost_warm_reused=5 cost_warm_created=1 "
+        "cost_warm_idle_pods=1 warm_split_handover_s=0.21 warm_split_checkout_s=0.08 "
+        "warm_split_install_s=0 warm_split_cli_s=1.3 warm_split_operator_s=0.05 "
+        "warm_split_other_s=0.2 warm_split_e2e_s=1.84 warm_split_reused=5"
+    )
+    summary = Summary.parse(f"{LINE} {fields}")
+    assert summary is not None
+    result = _pods(summary)[2]
+    assert "a handed-over run at debug level (1.8 s, 5 handed over): handover 0.21 s" in result
+    assert "CLI 1.3 s, the operator's own legs 0.05 s, other 0.20 s" in result
