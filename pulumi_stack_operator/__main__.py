@@ -13,8 +13,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from controller.logs import configure_logging
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the agent (``agent`` first, no other arguments) or the operator.
@@ -27,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return warm.take_main(sys.stdin, sys.stdout, os.environ)
     if args[:1] == ["agent"]:
+        # Not the take's either: structlog (asyncio with it) is about 70 ms of imports.
+        from controller.logs import configure_logging  # noqa: PLC0415
+
         configure_logging("json", "info")
         from pulumi_stack_operator import agent  # noqa: PLC0415
 
@@ -50,6 +51,7 @@ def operator(args: list[str]) -> int:
 
     from controller import heap, tracing  # noqa: PLC0415
     from controller.clock import RealClock  # noqa: PLC0415
+    from controller.logs import configure_logging  # noqa: PLC0415
     from controller.manager import Manager, run  # noqa: PLC0415
     from pulumi_stack_operator import telemetry  # noqa: PLC0415
     from pulumi_stack_operator.config import parse_config  # noqa: PLC0415

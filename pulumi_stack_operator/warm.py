@@ -37,14 +37,10 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
-
-import structlog
+from typing import IO, Any, Final
 
 from controller.clock import Clock
 from workspace.handover import ACCEPTED_LINE, Delivery
-
-log = structlog.get_logger(__name__)
 
 KEEP_WARM_ENV: Final = "PSO_KEEP_WARM"
 INBOX_ENV: Final = "PSO_WARM_INBOX"
@@ -137,7 +133,7 @@ class Inbox:
         try:
             return Delivery.decode(text)
         except ValueError as err:
-            log.warning("Dropped a job that does not decode", error=str(err))
+            _log().warning("Dropped a job that does not decode", error=str(err))
             return None
 
     def _close(self) -> bool:
@@ -201,3 +197,14 @@ def in_run_container(proc: Path = Path("/proc")) -> bool:
     except OSError:
         return False
     return command.endswith(b"/tini")
+
+
+def _log() -> Any:  # noqa: ANN401 - structlog's logger
+    """This module's logger, structlog imported at the first use.
+
+    ``take`` never logs and runs in the handover's critical path, where structlog (and
+    asyncio with it) would be about 70 ms of imports.
+    """
+    import structlog  # noqa: PLC0415
+
+    return structlog.get_logger(__name__)

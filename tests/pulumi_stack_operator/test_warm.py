@@ -161,3 +161,29 @@ class Printed:
             return len(self.lines) >= count
 
         wait_for(enough, f"{count} report lines", timeout=10, interval=0.05)
+
+
+NOT_THE_TAKES = ("structlog", "asyncio", "kubernetes", "workspace.runner.pod", "controller.logs")
+"""What ``agent take`` never loads: it runs in the handover's critical path, once per run."""
+
+
+def test_the_take_starts_without_logging_or_the_operators_modules(tmp_path: Path) -> None:
+    """The entry point as the operator's exec starts it (``agent take``): only the inbox."""
+    probe = (
+        "import sys\n"
+        "from pulumi_stack_operator import warm\n"
+        f"warm.take_main = lambda *a: print(sorted(m for m in {NOT_THE_TAKES!r} "
+        "if m in sys.modules)) or 0\n"
+        "from pulumi_stack_operator.__main__ import main\n"
+        "sys.exit(main(['agent', 'take']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PSO_WARM_INBOX": str(tmp_path)},
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
