@@ -355,7 +355,9 @@ def _warm_split(s: Summary) -> str:
     )
     return (
         f"; a handed-over run at debug level ({_sig(s.get('warm_split_e2e_s'))} s, "
-        f"{_n(s.get('warm_split_reused'))} handed over): {legs}"
+        f"{_n(s.get('warm_split_reused'))} handed over): {legs}; of the handover, the pod's "
+        f"fit {_sig(s.get('warm_split_fit_s'))} s and the take (exec, annotation) "
+        f"{_sig(s.get('warm_split_take_s'))} s"
     )
 
 

@@ -26,7 +26,9 @@ The warm split: the warm Stack's runs again, under a warm operator at
 ``--log-level=debug``; its first run starts a pod (the cost rounds' operator deleted its
 idle one as it stopped; untimed), each later one is handed to that pod and split from its
 ``Run timed`` line (``timeline.warm_split``): ``warm_split_<leg>_s``, means, with
-``warm_split_e2e_s`` and ``warm_split_reused`` (handovers counted by that operator).
+``warm_split_fit_s`` and ``warm_split_take_s`` (the handover's parts, from its own log
+line), ``warm_split_e2e_s`` and ``warm_split_reused`` (handovers counted by that
+operator).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from bench.pods.bed import PodBed, Tenant
 from bench.pods.podwatch import RunPods
 from bench.pods.stacks import Change, Stacks, delete_retained, pod_gone, retained
 from bench.pods.timeline import (
+    HANDED,
     agent_span,
     around,
     means,
@@ -106,12 +109,17 @@ def _warm_rounds(ctx: Context, bed: PodBed, sides: _Sides, kept: Tenant) -> dict
         sides.warm_timed("dw0")
         e2e = [sides.warm_timed(f"dw{index}") for index in range(1, runs + 1)]
         reused = debug.counter("pulumi_stack_run_pods_reused_total")
-    timed = run_timed(debug.log.read_text(errors="replace"), sides.warm_name)[1:]
-    if len(timed) != len(e2e):
-        msg = f"{len(e2e)} warm debug runs but {len(timed)} 'Run timed' lines after the first"
+    log = debug.log.read_text(errors="replace")
+    timed, handed = run_timed(log, sides.warm_name)[1:], run_timed(log, sides.warm_name, HANDED)
+    if not len(timed) == len(handed) == len(e2e):
+        msg = (
+            f"{len(e2e)} warm debug runs but {len(timed)} 'Run timed' lines after the first "
+            f"and {len(handed)} handovers"
+        )
         raise RuntimeError(msg)
     legs = means([warm_split(t, run) for t, run in zip(timed, e2e, strict=True)])
-    return {f"warm_split_{leg}_s": v for leg, v in legs.items()} | {
+    parts = means([{k: h.get(f"{k}_s", 0.0) for k in ("fit", "take")} for h in handed])
+    return {f"warm_split_{leg}_s": v for leg, v in (legs | parts).items()} | {
         "warm_split_e2e_s": fmean(e2e),
         "warm_split_reused": reused,
     }

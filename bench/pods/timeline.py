@@ -33,6 +33,8 @@ agent measured (the exec that hands the job over, the agent's wait for it, the r
 read back); ``checkout``, ``install``, ``cli``: the agent's own; ``operator``: the
 operator's announce, checkout and conclude legs; ``other``: the rest of PATCH → Ready
 (the change reaching the operator through its watch, the queue, the status write seen).
+The handover's own line (``HANDED``, at info level) has two parts of it: ``fit_s`` (the
+pod read, the Secrets' versions for its fit) and ``take_s`` (the exec and the annotation).
 """
 
 from __future__ import annotations
@@ -270,14 +272,17 @@ def warm_split(timed: Mapping[str, float], e2e: float) -> dict[str, float]:
     return {"handover": handover, **agent, "operator": operator, "other": e2e - runner - operator}
 
 
-def run_timed(log: str, name: str) -> list[dict[str, float]]:
-    """The ``Run timed`` lines of Stack ``name`` in the debug log, in order: their seconds."""
+HANDED = "Handed the run to the warm run pod"  # with the handover's fit_s and take_s
+
+
+def run_timed(log: str, name: str, event: str = TIMED) -> list[dict[str, float]]:
+    """The ``event`` lines (``Run timed``) of Stack ``name`` in the log, in order: their seconds."""
     found = []
     for line in log.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and (entry.get("event"), entry.get("name")) == (TIMED, name):
+        if isinstance(entry, dict) and (entry.get("event"), entry.get("name")) == (event, name):
             found.append({k: float(v) for k, v in entry.items() if k.endswith("_s")})
     return found

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench.pods.timeline import (
+    HANDED,
     SPLIT,
     WARM_SPLIT,
     Occupancy,
@@ -197,6 +198,7 @@ def test_the_stacks_run_timed_lines_are_read_in_order() -> None:
         {"event": "Run timed", "name": "other", "announce_s": 9},
         {"event": "pulumi command", "name": "app", "seconds": 1},
         {"event": "Run timed", "name": "app", "announce_s": 0.2},
+        {"event": "Handed the run to the warm run pod", "name": "app", "take_s": 0.1},
     ]  # fmt: skip
     log = "\n".join([*map(json.dumps, lines), "not json"])
 
@@ -204,6 +206,7 @@ def test_the_stacks_run_timed_lines_are_read_in_order() -> None:
         {"announce_s": 0.1, "in_runner_cli_s": 2.0},
         {"announce_s": 0.2},
     ]
+    assert run_timed(log, "app", HANDED) == [{"take_s": 0.1}]
 
 
 LINE = (
@@ -301,10 +304,12 @@ def test_the_row_tells_where_a_handed_over_run_goes_when_the_line_has_it() -> No
         "cost_warm_e2e_s=1.9 cost_warm_ratio=0.904 cost_warm_reused=5 cost_warm_created=1 "
         "cost_warm_idle_pods=1 warm_split_handover_s=0.21 warm_split_checkout_s=0.08 "
         "warm_split_install_s=0 warm_split_cli_s=1.3 warm_split_operator_s=0.05 "
-        "warm_split_other_s=0.2 warm_split_e2e_s=1.84 warm_split_reused=5"
+        "warm_split_other_s=0.2 warm_split_e2e_s=1.84 warm_split_reused=5 "
+        "warm_split_fit_s=0.03 warm_split_take_s=0.15"
     )
     summary = Summary.parse(f"{LINE} {fields}")
     assert summary is not None
     result = _pods(summary)[2]
     assert "a handed-over run at debug level (1.8 s, 5 handed over): handover 0.21 s" in result
     assert "CLI 1.3 s, the operator's own legs 0.05 s, other 0.20 s" in result
+    assert "the pod's fit 0.03 s and the take (exec, annotation) 0.15 s" in result

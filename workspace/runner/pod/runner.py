@@ -273,12 +273,13 @@ class PodRunner(JobRunner):
         on_progress: ProgressCallback,
         stop: threading.Event,
     ) -> RunResult:
+        began = self._with.clock.now()
         existing = self.api.read(job)
         if existing is not None and podstate.is_run(existing, job, operation):
             return self._run(self._follow(job, existing, operation), on_progress, stop)
         manifest = self._manifest(job, operation)
         if existing is not None and warm.fits(existing, manifest, job, self._with.clock.wall()):
-            taken = self._hand_over(job, existing, operation)
+            taken = self._hand_over(job, existing, operation, self._with.clock.now() - began)
             if taken is not None:
                 return self._run(taken, on_progress, stop)
         if existing is not None:
@@ -313,8 +314,12 @@ class PodRunner(JobRunner):
             keep_warm=keep_warm,
         )
 
-    def _hand_over(self, job: RunJob, pod: Pod, operation: Operation) -> PodRun | None:
-        """Hand the run to the Stack's idle warm pod; its follow, or None if not taken."""
+    def _hand_over(self, job: RunJob, pod: Pod, operation: Operation, fit: float) -> PodRun | None:
+        """Hand the run to the Stack's idle warm pod; its follow, or None if not taken.
+
+        ``fit`` is the seconds it took to find that the pod fits (logged with the take's).
+        """
+        began = self._with.clock.now()
         handed = warm.hand_over(self.api, job, pod, operation)
         if handed is None:
             return None
@@ -322,7 +327,13 @@ class PodRunner(JobRunner):
         if self._with.idle is not None:
             self._with.idle.forget(job, uid)
         self._with.metrics.pod_reused()
-        log.info("Handed the run to the warm run pod", pod=podstate.name(pod), operation=operation)
+        log.info(
+            "Handed the run to the warm run pod",
+            pod=podstate.name(pod),
+            operation=operation,
+            fit_s=round(fit, 3),
+            take_s=round(self._with.clock.now() - began, 3),
+        )
         limit = start_limit(self._with.start_timeout, job.timeout)
         following = dataclasses.replace(self._with, start_timeout=limit)
         return PodRun(following, job, pod, operation, self._now(), mark=handed)

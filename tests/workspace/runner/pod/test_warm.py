@@ -14,6 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import structlog
+import structlog.testing
 from kubernetes import client
 
 from controller import tracing as tracing_module
@@ -89,9 +91,14 @@ def test_a_concluded_warm_pod_is_kept_and_takes_the_next_run() -> None:
     assert metrics.idle[-1] == 1
 
     pod_runner.api.take = agent(pods, LATER, taken)  # type: ignore[method-assign]
-    assert pod_runner.run(later(), on_progress=ignored, stop=threading.Event()) == LATER
+    with structlog.testing.capture_logs() as logged:
+        assert pod_runner.run(later(), on_progress=ignored, stop=threading.Event()) == LATER
     assert [d.operation for d in taken] == ["up"]
     assert (metrics.created, metrics.reused) == (1, 1)
+    handed = [e for e in logged if e["event"] == "Handed the run to the warm run pod"]
+    assert len(handed) == 1
+    assert handed[0]["fit_s"] >= 0
+    assert handed[0]["take_s"] >= 0, "the handover's own cost, for the pods benchmark"
     annotations = pods.pods["web-pulumi"]["metadata"]["annotations"]
     assert annotations[ANNOTATION_GENERATION] == "3"
     assert annotations[ANNOTATION_MARK] == taken[0].mark
