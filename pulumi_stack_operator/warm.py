@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from controller.clock import Clock
-from workspace.handover import ACCEPTED_LINE, Delivery
+from workspace.handover import ACCEPTED_LINE, KEEP_WARM_ENV, Delivery
 
-KEEP_WARM_ENV: Final = "PSO_KEEP_WARM"
 INBOX_ENV: Final = "PSO_WARM_INBOX"
 DEFAULT_INBOX: Final = "/tmp/pso-warm"  # noqa: S108 - the pod's own emptyDir
 POLL: Final = 0.05  # seconds between looks into the inbox while idle

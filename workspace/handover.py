@@ -15,6 +15,7 @@ from typing import Final
 
 OPERATIONS: Final = ("up", "preview", "destroy")
 ACCEPTED_LINE: Final = "accepted"  # the first line ``agent take`` prints when it took the run
+KEEP_WARM_ENV: Final = "PSO_KEEP_WARM"  # the run container's window, seconds: set, it waits
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from workspace.handover import KEEP_WARM_ENV
 from workspace.runner.envfile import ENV_FILE, ENV_VARIABLE, SHARE_PATH, SHARE_VOLUME
 from workspace.runner.job import (
     ENV_SOURCES,
@@ -81,7 +82,6 @@ RETAIN = "Retain"  # RunJob.reclaim: keep the finished run pod
 # (``fit_key``), and the mark of the run it was handed last (``pulumi_stack_operator.warm``).
 ANNOTATION_WARM = "pulumi-stack-operator.dev/warm"
 ANNOTATION_MARK = "pulumi-stack-operator.dev/job-mark"
-KEEP_WARM_ENV = "PSO_KEEP_WARM"
 WARM_LIFE = 3600  # seconds a warm pod may live past its first run's own deadline
 JOB_VARIABLES = frozenset({"PSO_JOB", "PSO_OPERATION", *TRACE_VARIABLES})  # a run's own
 RUN_ANNOTATIONS = frozenset(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controller.tracing import TraceContext
+from workspace.handover import KEEP_WARM_ENV
 from workspace.runner import ENV_SOURCES, EnvSources, RunJob, SecretEnv
 from workspace.runner.job import Owner, trace_env, trace_of
 from workspace.runner.pod.spec import (
@@ -15,7 +16,6 @@ from workspace.runner.pod.spec import (
     CHECKOUT_AND_RUN_ARGS,
     CHECKOUT_ARGS,
     DEFAULT_REQUESTS,
-    KEEP_WARM_ENV,
     WARM_LIFE,
     RunCaching,
     fit_key,
