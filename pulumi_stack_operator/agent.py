@@ -193,8 +193,13 @@ def main(args: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> 
     checks_out, runs = mode
     if not runs:
         return checkout_only(environ)
-    stop = threading.Event()
-    relay_signals(lambda _signum: stop.set())  # never Event.set in a handler: it can deadlock
+    stop, inbox = threading.Event(), warm.inbox_of(environ)
+
+    def stopping(_signum: int) -> None:  # relayed: Event.set in a handler can deadlock
+        stop.set()
+        inbox.ring()  # a warm agent dozing on its bell wakes now
+
+    relay_signals(stopping)
     job = AgentJob.from_environment(environ)
     _forget_environment()
     if checks_out:

@@ -16,7 +16,9 @@ on the pod's ``/tmp`` emptyDir):
   (atomically: a temporary file renamed). It refuses (exit status ``REFUSED``, the reason
   on stdout) when it cannot take the lock at once, because the agent is ending, or when a
   job is already waiting.
-* The idle agent looks for ``job.json`` every ``POLL`` seconds. Once the window has passed
+* The idle agent looks for ``job.json`` every ``POLL`` seconds, and at once when a
+  ``take`` rings the inbox's bell (``bell``, a FIFO the waiting agent holds open: a byte
+  written once the job is in place and the lock let go). Once the window has passed
   since its last outcome it takes the lock without waiting and ends (exit 0, the pod
   ``Succeeded``) if no job is waiting, holding the lock until it exits: a ``take`` either
   lands before that, and its job runs, or is refused, and the operator starts a new pod.
@@ -24,7 +26,7 @@ on the pod's ``/tmp`` emptyDir):
   reads only its own reports from a log that holds the earlier runs' too, in a container
   with nothing of the earlier run left running (``kill_leftovers``) and an empty source
   directory.
-* SIGTERM (the pod deleted) ends the wait at once.
+* SIGTERM (the pod deleted) ends the wait at once: the agent sets its stop and rings.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
+import stat
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -44,7 +48,8 @@ from workspace.handover import ACCEPTED_LINE, KEEP_WARM_ENV, Delivery
 
 INBOX_ENV: Final = "PSO_WARM_INBOX"
 DEFAULT_INBOX: Final = "/tmp/pso-warm"  # noqa: S108 - the pod's own emptyDir
-POLL: Final = 0.05  # seconds between looks into the inbox while idle
+POLL: Final = 0.2  # seconds between looks into the inbox while idle, bell or not
+BELL: Final = "bell"  # the FIFO a take writes to, so the waiting agent looks at once
 REFUSED: Final = 3  # take's exit status when the job was not taken
 ACCEPTED: Final = ACCEPTED_LINE  # take's stdout when it was: the operator reads only this
 
@@ -103,7 +108,38 @@ class Inbox:
             partial.rename(self.job_file)
             if said is not None:
                 print(ACCEPTED, file=said, flush=True)
+        self.ring()
         return None
+
+    def ring(self) -> None:
+        """Wake the agent waiting on the bell; nothing when none waits (no reader: ENXIO)."""
+        try:
+            bell = os.open(self.path / BELL, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):  # full (EAGAIN): it rings already
+            os.write(bell, b"\n")
+        os.close(bell)
+
+    @contextlib.contextmanager
+    def _bell(self) -> Iterator[int | None]:
+        """The bell, open for reading while the agent waits; None when it cannot be made.
+
+        Opened for reading and writing, so that it never reads as ended (no other writer).
+        """
+        path = self.path / BELL
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(path, 0o600)
+            bell = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            yield None
+            return
+        try:
+            yield bell if stat.S_ISFIFO(os.fstat(bell).st_mode) else None
+        finally:
+            os.close(bell)
 
     def wait(self, stop: threading.Event, window: float, clock: Clock) -> Delivery | None:
         """The next job, or None after ``window`` seconds without one, or once ``stop`` is set.
@@ -112,12 +148,13 @@ class Inbox:
         taken that nobody will run. A job file that does not decode is dropped.
         """
         give_up = clock.now() + window
-        while not stop.is_set():
-            if (delivery := self._next()) is not None:
-                return delivery
-            if clock.now() >= give_up and self._close():
-                return None
-            stop.wait(POLL)
+        with self._bell() as bell:
+            while not stop.is_set():
+                if (delivery := self._next()) is not None:
+                    return delivery
+                if clock.now() >= give_up and self._close():
+                    return None
+                _doze(bell, stop)
         return None
 
     def _next(self) -> Delivery | None:
@@ -149,6 +186,18 @@ class Inbox:
             return False
         CLOSED.append(handle)  # kept open, so locked, until the process exits
         return True
+
+
+def _doze(bell: int | None, stop: threading.Event) -> None:
+    """Wait ``POLL`` seconds, less once the bell rings (its bytes read); no bell: ``stop``."""
+    if bell is None:
+        stop.wait(POLL)
+        return
+    rung, _, _ = select.select([bell], [], [], POLL)
+    if rung:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(bell, 512):
+                pass
 
 
 CLOSED: list[IO[str]] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.clock import FakeClock
+from controller.clock import FakeClock, RealClock
 from pulumi_stack_operator import agent, warm
 from pulumi_stack_operator.agent import AgentJob
 from pulumi_stack_operator.warm import Inbox
@@ -95,6 +95,81 @@ def test_a_stop_ends_the_wait(tmp_path: Path) -> None:
     stop = threading.Event()
     stop.set()
     assert Inbox(tmp_path / "inbox").wait(stop, 3600, FakeClock()) is None
+
+
+class Waiting:
+    """``Inbox.wait`` in a thread of its own (a real clock, a long window): what it returned."""
+
+    def __init__(self, inbox: Inbox, stop: threading.Event) -> None:
+        """Start waiting on ``inbox`` until a job comes or ``stop`` is set."""
+        self.got: list[Delivery | None] = []
+        self.thread = threading.Thread(
+            target=lambda: self.got.append(inbox.wait(stop, 3600, RealClock())), daemon=True
+        )
+        self.thread.start()
+        wait_for(lambda: _held_open(inbox.path / warm.BELL), "the bell held open", timeout=10)
+
+    def result(self) -> Delivery | None:
+        """What the wait returned (fails after 10 s: it did not wake)."""
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "the waiting agent did not wake"
+        return self.got[0]
+
+
+def _held_open(bell: Path) -> bool:
+    """Whether someone reads ``bell``: a writer may open a FIFO without waiting only then."""
+    try:
+        os.close(os.open(bell, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def slow_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll far longer than any test's wait: only the bell can wake the agent in time."""
+    monkeypatch.setattr(warm, "POLL", 600.0)
+
+
+@pytest.mark.usefixtures("slow_poll")
+def test_a_take_rings_the_bell_and_the_waiting_agent_looks_at_once(tmp_path: Path) -> None:
+    """The job reaches the agent without its poll: the take rang once it let go of the lock."""
+    inbox = Inbox(tmp_path / "inbox")
+    waiting = Waiting(inbox, threading.Event())
+    assert take(inbox, delivery("rung")) == (0, warm.ACCEPTED)
+    assert waiting.result() == delivery("rung")
+
+
+@pytest.mark.usefixtures("slow_poll")
+def test_a_stop_that_rings_ends_the_wait_at_once(tmp_path: Path) -> None:
+    """The agent's signal relay sets stop and rings: the dozing agent ends, no job."""
+    inbox, stop = Inbox(tmp_path / "inbox"), threading.Event()
+    waiting = Waiting(inbox, stop)
+    stop.set()
+    inbox.ring()
+    assert waiting.result() is None
+
+
+def test_ringing_with_nobody_waiting_does_nothing(tmp_path: Path) -> None:
+    """No inbox, or no reader on its bell (between runs): the take's ring is dropped."""
+    inbox = Inbox(tmp_path / "inbox")
+    inbox.ring()  # no directory yet
+    inbox.path.mkdir()
+    os.mkfifo(inbox.path / warm.BELL)
+    inbox.ring()  # a bell nobody holds open
+    assert inbox.take(delivery("later")) is None
+    assert inbox.wait(threading.Event(), 10, FakeClock()) == delivery("later")
+
+
+def test_a_bell_that_is_not_a_fifo_leaves_the_poll(tmp_path: Path) -> None:
+    """A plain file in the bell's place is never waited on (it would always read ready)."""
+    inbox = Inbox(tmp_path / "inbox")
+    inbox.path.mkdir()
+    (inbox.path / warm.BELL).write_text("")
+    with inbox._bell() as bell:  # noqa: SLF001 - the fallback itself
+        assert bell is None
+    assert inbox.take(delivery("polled")) is None
+    assert inbox.wait(threading.Event(), 10, FakeClock()) == delivery("polled")
 
 
 def test_a_warm_agent_runs_each_job_handed_over_after_its_mark(
