@@ -252,10 +252,13 @@ class PodRun:
         """While the log is read: detach on shutdown, interrupt on any other stop.
 
         A lost node can leave the stream open and silent: once the pod says its node is
-        lost, the read is ended, and the follow loop concludes the run.
+        lost, the read is ended, and the follow loop concludes the run. Waits on the read's
+        end, looking at ``stop`` every ``STOP_CHECK``: the reader joins this thread as soon
+        as it has the outcome, on every run, and a stop is rare (waiting on ``stop``
+        instead held each run's conclusion for up to ``STOP_CHECK``: 0.1 s on average).
         """
-        while not reading.is_set():
-            if not stop.wait(STOP_CHECK):
+        while not reading.wait(STOP_CHECK):
+            if not stop.is_set():
                 if self._node_lost():
                     unblock(response)
                     return

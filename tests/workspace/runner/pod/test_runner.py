@@ -38,6 +38,7 @@ from workspace.runner import (
 )
 from workspace.runner.channel import outcome_line, progress_line
 from workspace.runner.job import Owner
+from workspace.runner.pod import run as podrun
 from workspace.runner.pod.api import PodChanges
 from workspace.runner.pod.spec import ANNOTATION_CONCLUDED, run_pod
 
@@ -332,6 +333,28 @@ def test_the_run_concludes_at_the_outcome_line_not_at_the_streams_end() -> None:
     assert not pods.open_log.ran_to_end, "the run waited for the log stream's end"
     assert pods.open_log.closed
     assert pods.deleted == ["web-pulumi"]
+
+
+def test_the_outcome_is_not_held_by_the_stop_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread watching for a stop while the log is read lets go once the outcome is in.
+
+    With its look at the stop far longer than the test may take, a run concludes only if
+    the reader's end wakes it (it once waited out a look, 0.1 s of every run on average).
+    """
+    monkeypatch.setattr(podrun, "STOP_CHECK", 600.0)
+    pods = FakePods()
+    pods.open_log = OpenLog([outcome_line(DONE)])
+    got: list[RunResult] = []
+    follow = threading.Thread(
+        target=lambda: got.append(
+            runner(pods).run(REQUEST, on_progress=lambda _p: None, stop=threading.Event())
+        ),
+        daemon=True,
+    )
+    follow.start()
+    follow.join(30)
+    assert not follow.is_alive(), "the run waited for the stop watch's next look"
+    assert got == [DONE]
 
 
 def test_the_namespaces_cache_claim_is_mounted_only_when_it_exists() -> None:
