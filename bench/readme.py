@@ -270,6 +270,31 @@ POD_RATIO = 2.0  # a cached pod run against a bare `pulumi up`
 WARM_RATIO = 1.2  # a run handed to a warm pod against a bare `pulumi up`
 
 
+POD_LEGS = (
+    ("schedule", "schedule"),
+    ("start", "pod start"),
+    ("checkout", "checkout"),
+    ("install", "install"),
+    ("cli", "CLI"),
+    ("other", "other"),
+)
+"""A new pod's run: each ``split_<leg>_s`` and how the row names it."""
+WARM_LEGS = (
+    ("handover", "handover"),
+    ("checkout", "checkout"),
+    ("install", "install"),
+    ("cli", "CLI"),
+    ("operator", "the operator's own legs"),
+    ("other", "other"),
+)
+"""A run handed to a warm pod: each ``warm_split_<leg>_s`` and how the row names it."""
+
+
+def _legs(s: Summary, prefix: str, labels: tuple[tuple[str, str], ...]) -> str:
+    """``label 1.2 s, …`` for each ``<prefix>_<leg>_s`` of ``labels``, in order."""
+    return ", ".join(f"{label} {_sig(s.get(f'{prefix}_{leg}_s'))} s" for leg, label in labels)
+
+
 def _pods(s: Summary) -> Row:
     workers = _n(s.get("workers"))
     what = (
@@ -279,17 +304,7 @@ def _pods(s: Summary) -> Row:
         f"{_n(s.get('stacks'))} Stacks in {_n(s.get('namespaces'))} namespaces on "
         f"{_n(s.get('nodes'))} nodes, `--workers={workers}`"
     )
-    legs = ", ".join(
-        f"{label} {_sig(s.get(f'split_{leg}_s'))} s"
-        for leg, label in (
-            ("schedule", "schedule"),
-            ("start", "pod start"),
-            ("checkout", "checkout"),
-            ("install", "install"),
-            ("cli", "CLI"),
-            ("other", "other"),
-        )
-    )
+    legs = _legs(s, "split", POD_LEGS)
     result = (
         f"pod runner {_sig(s.get('cost_pod_e2e_s'))} s, local runner "
         f"{_sig(s.get('cost_local_e2e_s'))} s, bare `pulumi up` {_sig(s.get('cost_cli_up_s'))} s "
@@ -342,17 +357,7 @@ def _warm_split(s: Summary) -> str:
     """Where a handed-over run's time goes (``warm_split_*``), when the line has it."""
     if "warm_split_e2e_s" not in s.fields:
         return ""
-    legs = ", ".join(
-        f"{label} {_sig(s.get(f'warm_split_{leg}_s'))} s"
-        for leg, label in (
-            ("handover", "handover"),
-            ("checkout", "checkout"),
-            ("install", "install"),
-            ("cli", "CLI"),
-            ("operator", "the operator's own legs"),
-            ("other", "other"),
-        )
-    )
+    legs = _legs(s, "warm_split", WARM_LEGS)
     return (
         f"; a handed-over run at debug level ({_sig(s.get('warm_split_e2e_s'))} s, "
         f"{_n(s.get('warm_split_reused'))} handed over): {legs}; of the handover, the pod's "
