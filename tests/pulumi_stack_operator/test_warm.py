@@ -173,7 +173,7 @@ def test_a_bell_that_is_not_a_fifo_leaves_the_poll(tmp_path: Path) -> None:
 
 
 def test_a_warm_agent_runs_each_job_handed_over_after_its_mark(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """serve_warm: mark, checkout, run, outcome for each job; the workspace emptied first."""
     ran: list[tuple[str, dict[str, str]]] = []
@@ -199,9 +199,10 @@ def test_a_warm_agent_runs_each_job_handed_over_after_its_mark(
     inbox.take(delivery("first", "preview", content="two"))
     stop = threading.Event()
     environ = environment(PSO_WARM_INBOX=str(inbox.path))
+    printed = Printed()
+    monkeypatch.setattr(sys, "stdout", printed)
     server = threading.Thread(target=agent.serve_warm, args=(environ, stop, 30.0))
     server.start()
-    printed = Printed(capfd)
     try:
         printed.wait_for(2)
         assert inbox.take(delivery("second", "destroy")) is None
@@ -219,23 +220,35 @@ def test_a_warm_agent_runs_each_job_handed_over_after_its_mark(
     assert ran == [("preview", {**JOB.config, "content": "two"}), ("destroy", dict(JOB.config))]
 
 
-class Printed:
-    """The lines a test's process printed on stdout, collected as they come."""
+class Printed(io.TextIOBase):
+    """A stdout that keeps the lines printed on it, from any thread, none lost.
 
-    def __init__(self, capfd: pytest.CaptureFixture[str]) -> None:
-        """Read ``capfd``'s stdout."""
-        self.capfd = capfd
-        self.lines: list[str] = []
+    Reading a captured file descriptor while another thread prints can lose a line (the
+    capture is read, then truncated); lines kept as they are written cannot be.
+    """
+
+    def __init__(self) -> None:
+        """No lines yet."""
+        self._lock = threading.Lock()
+        self._text = ""
+
+    def write(self, text: str) -> int:
+        """Keep ``text``."""
+        with self._lock:
+            self._text += text
+        return len(text)
+
+    @property
+    def lines(self) -> list[str]:
+        """The non-blank lines printed so far."""
+        with self._lock:
+            return [line for line in self._text.splitlines() if line.strip()]
 
     def wait_for(self, count: int) -> None:
         """Return once ``count`` lines have come (fail after 10 s)."""
-
-        def enough() -> bool:
-            out = self.capfd.readouterr().out
-            self.lines.extend(line for line in out.splitlines() if line.strip())
-            return len(self.lines) >= count
-
-        wait_for(enough, f"{count} report lines", timeout=10, interval=0.05)
+        wait_for(
+            lambda: len(self.lines) >= count, f"{count} report lines", timeout=10, interval=0.05
+        )
 
 
 NOT_THE_TAKES = ("structlog", "asyncio", "kubernetes", "workspace.runner.pod", "controller.logs")
