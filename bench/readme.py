@@ -20,10 +20,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from bench.stats import Summary
+from bench.peer import pko_v2_page
+from bench.stats import TIMES, Summary
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-TIMES = "\N{MULTIPLICATION SIGN}"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 """The page whose markers enclose the results table."""
 RESULTS = Path(__file__).resolve().parent / "results.txt"
@@ -650,6 +650,8 @@ def render(results: Mapping[str, Summary]) -> str:
         *_table(results),
         "",
         *_peer(results),
+        "",
+        *pko_v2_page.block(results.get("pko-v2")),
         "",
         *_notes(results),
         "",

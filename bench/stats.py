@@ -43,6 +43,10 @@ def number(value: float, digits: int = 3) -> str:
     return text or "0"
 
 
+TIMES = "\N{MULTIPLICATION SIGN}"
+"""The sign a ratio ends with on the benchmarks page."""
+
+
 def word(text: str) -> str:
     """A free-text value made space-free (spaces become ``_``)."""
     return "_".join(text.split()) or "-"

@@ -25,8 +25,8 @@ from bench.pods.timeline import (
     split,
     warm_split,
 )
-from bench.readme import TIMES, _pods, render
-from bench.stats import Summary
+from bench.readme import _pods, render
+from bench.stats import TIMES, Summary
 from bench.watch import Seen
 from workspace.runner import ErrorKind, failed_outcome, outcome_line
 
