@@ -10,13 +10,16 @@ first test's start to its last test's end, the tier's wall time). Under pytest-x
 reports reach the controller, so the sums cover every worker; their total exceeds the wall
 time by the parallelism won.
 
-Beside the time, the CPU each test cost: its worker's own CPU time (user + system) and that
-of the processes it started and reaped (an operator, the CLI under it, a control plane
-stopped at the end) from setup to teardown, carried to the controller on the teardown
-report. Two cores bound the suite, so that is the cost a test adds to everyone's run. It
-misses what no test process reaps: a session fixture's servers still running (counted
-for the test whose teardown stops them, at the session's end) and a node's pods
-(children of containerd). Printed per folder and as the CPU-costliest tests.
+Beside the time, the CPU each test cost, from setup to teardown, carried to the controller
+on the teardown report: its worker's own CPU time (user + system), that of the processes
+the worker reaped (an operator, the CLI under it, a control plane stopped at the end), and
+that of the worker's live descendants (each one's own and its reaped children's, read from
+``/proc``). The live part makes a process that outlives one test (a module's control plane,
+a session's servers) cost each test what it burned while that test ran, not all of it to
+the test in whose teardown it is reaped: at the reap its total moves from the live sum to
+the reaped one. Two cores bound the suite, so that is the cost a test adds to everyone's
+run. It misses processes that left the worker's tree (a node's pods, children of
+containerd; a daemon that detached). Printed per folder and as the CPU-costliest tests.
 
 Every test's phases, span, CPU and group are also kept in pytest's cache, for the next
 change to start from the whole list rather than the 30 slowest (``CACHE_KEY``:
@@ -30,11 +33,13 @@ from the controller (or the only process), and not at all without the cache plug
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import os
 import resource
 import time
 from collections.abc import Generator
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -43,6 +48,8 @@ from tests.tiers import MARKERS, tier_of
 CPU_PROPERTY = "cpu_seconds"
 CPU_SHOWN = 15
 CACHE_KEY = "pulumi-stack-operator/durations"
+PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclasses.dataclass
@@ -75,11 +82,43 @@ _cpu_of_test: dict[str, float] = {}
 _records: dict[str, dict[str, float | str]] = {}
 
 
-def cpu_seconds() -> float:
-    """This process's CPU time and its reaped children's (user + system), in seconds."""
+def cpu_seconds(proc: Path = PROC) -> float:
+    """CPU time (user + system) of this process, its reaped children and its live descendants."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    reaped = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return reaped + descendants_cpu(os.getpid(), proc)
+
+
+def descendants_cpu(pid: int, proc: Path = PROC) -> float:
+    """Seconds of CPU of ``pid``'s live descendants, each with its reaped children's.
+
+    Each process's ``utime + stime + cutime + cstime`` (``/proc/<pid>/stat``): a process
+    reaped by a live descendant is in that one's ``c*time``, so nothing counts twice. One
+    that ends between the reads is missed for this reading only.
+    """
+    ticks, pending, seen = 0, _children(pid, proc), set()
+    while pending:
+        child = pending.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (proc / str(child) / "stat").read_text(encoding="ascii", errors="replace")
+            fields = stat.rsplit(")", 1)[1].split()
+            ticks += sum(int(field) for field in fields[11:15])  # utime stime cutime cstime
+            pending.extend(_children(child, proc))
+    return ticks / TICKS
+
+
+def _children(pid: int, proc: Path) -> list[int]:
+    """The live children of every thread of ``pid`` (none when it has gone)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in (proc / str(pid) / "task").iterdir():
+            with contextlib.suppress(OSError):
+                found.extend(int(word) for word in (task / "children").read_text().split())
+    return found
 
 
 def folder_of(nodeid: str) -> str:
