@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,14 @@ class PodBed(Running):
     """The node cluster and what its run pods need; see the module docstring."""
 
     def __init__(self, bench: TestBed, progress: Callable[[str], None], nodes: int = 1) -> None:
-        """Prepare (not start) ``nodes`` nodes under the bench's root; operators as the bench's."""
-        self.bench, self.root, self._say = bench, bench.root / "pods", progress
+        """Prepare (not start) ``nodes`` nodes; operators as the bench's.
+
+        Each bed has a directory of its own under the bench's root (``pods-*``): one run
+        starts two (the pods benchmark's, then PKO v2's), and the second must not find the
+        first's git repositories and checkouts.
+        """
+        self.bench, self._say = bench, progress
+        self.root = Path(tempfile.mkdtemp(prefix="pods-", dir=bench.root))
         self.nodes = nodes
         self.cluster: NodeCluster | None = None
         self.git: GitServer | None = None
