@@ -230,10 +230,19 @@ def _memory(s: Summary) -> Row:
     )
     for n in _sizes(s, r"n(\d+)_traced_rss_mib"):
         result += f"; tracing on, {_n(n)}: {_n(s.get(f'n{n}_traced_rss_mib'))} MiB"
-    at_1000 = s.get("n1000_rss_mib") * 1.048576  # MiB → MB
-    verdict = _met(at_1000 < 100) if not math.isnan(at_1000) else "not measured at 1,000"
     what = "operator RSS (`VmRSS`) after it has evaluated every cached Stack"
-    return ("memory", what, result, f"< 100 MB at 1,000: {verdict}")
+    return ("memory", what, result, _memory_target(s.get("n1000_rss_mib")))
+
+
+def _memory_target(rss_mib: float) -> str:
+    """Both targets at 1,000 Stacks: the design's < 100 MB and the tighter ≤ 60 MiB."""
+    if math.isnan(rss_mib):
+        return "< 100 MB, ≤ 60 MiB at 1,000: not measured at 1,000"
+    below_100_mb = _met(rss_mib * 1.048576 < 100)  # MiB → MB
+    return (
+        f"< 100 MB at 1,000: {below_100_mb}; ≤ 60 MiB at 1,000: {_met(rss_mib <= 60)} "
+        f"({rss_mib:.1f} MiB)"
+    )
 
 
 def _parallel(s: Summary) -> Row:
