@@ -219,7 +219,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def _write_cpu(terminalreporter: pytest.TerminalReporter) -> None:
     """The CPU table: per folder, per tier, then the costliest tests."""
     write = terminalreporter.write_line
-    terminalreporter.section("CPU per folder (the worker and the processes it reaped)")
+    terminalreporter.section("CPU per folder (the worker, what it reaped, its live descendants)")
     for name, folder in sorted(_folders.items(), key=lambda kv: -kv[1].cpu)[:CPU_SHOWN]:
         write(f"{folder.cpu:9.1f}s CPU  {folder.seconds:9.1f}s time  {name}")
     for name, tier in sorted(_tiers.items(), key=lambda kv: -kv[1].cpu):
