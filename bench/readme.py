@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from bench.peer import pko_v2_page
-from bench.stats import TIMES, Summary
+from bench.stats import TIMES, Summary, significant
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -67,12 +67,7 @@ def _n(value: float, digits: int = 0) -> str:
 
 def _sig(value: float) -> str:
     """Two significant digits at most, never in scientific notation."""
-    if math.isnan(value):
-        return "?"
-    if value == 0:
-        return "0"
-    digits = 0 if abs(value) >= 10 else 1 if abs(value) >= 1 else 2
-    return _n(value, digits)
+    return significant(value)
 
 
 def _met(ok: bool) -> str:  # noqa: FBT001 - a verdict, read aloud

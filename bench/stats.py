@@ -47,6 +47,16 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 """The sign a ratio ends with on the benchmarks page."""
 
 
+def significant(value: float, missing: str = "?") -> str:
+    """Two significant digits at most (``1,234``-style above 1,000); ``missing`` for NaN."""
+    if math.isnan(value):
+        return missing
+    if value == 0:
+        return "0"
+    digits = 0 if abs(value) >= 10 else 1 if abs(value) >= 1 else 2
+    return f"{value:,.{digits}f}"
+
+
 def word(text: str) -> str:
     """A free-text value made space-free (spaces become ``_``)."""
     return "_".join(text.split()) or "-"

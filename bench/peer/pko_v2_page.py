@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from bench.peer.pko_v2_build import SKIPPED
-from bench.stats import TIMES, Summary, word
+from bench.stats import TIMES, Summary, significant, word
 
 HEAD = (
     "| measured | this operator (pod runner) | PKO v2 | PKO ÷ ours |",
@@ -104,16 +104,10 @@ def _row(label: str, p: Summary, key: str, unit: str) -> Row:
 
 
 def _figure(value: float, unit: str) -> str:
-    """Two significant figures at most (whole numbers as they are); "—" when absent."""
-    if math.isnan(value):
-        return "—"
-    if value == int(value) and abs(value) < 1000:
-        text = str(int(value))
-    elif abs(value) >= 10:
-        text = f"{value:.0f}"
-    else:
-        text = f"{value:.2g}" if abs(value) < 1 else f"{value:.1f}"
-    return f"{text} {unit}".strip()
+    """A count as it is, else two significant figures (``significant``); "—" when absent."""
+    whole = not math.isnan(value) and value == int(value)
+    text = f"{int(value):,}" if whole else significant(value, missing="—")
+    return f"{text} {unit}".strip() if text != "—" else text
 
 
 def _whole(value: float) -> str:
